@@ -1,0 +1,141 @@
+"""Pure-Python implementation of the protocol hot path.
+
+`namesrv/_fastpath.pyx` implements the same functions with the same results; `namesrv.fastpath`
+picks whichever is importable. Every function raises `ProtocolError` (never anything else) on bad
+input, and neither ever reads past the buffer it was given.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+
+from namesrv.protocol.errors import ProtocolError
+
+_INT32 = struct.Struct(">i")
+_HEADER_FIXED = struct.Struct(">hBhiii")  # code, language, version, opaque, flag, remarkLength
+_EXT_KEY_LEN = struct.Struct(">h")
+_FIXED_LEN = 21  # 2+1+2+4+4+4 fixed fields + 4 bytes of extLength
+
+_INT16_MIN, _INT16_MAX = -(1 << 15), (1 << 15) - 1
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def split_frames(buf: bytes | bytearray | memoryview, max_frame_length: int) -> tuple[list[bytes], int]:
+    """Split complete frames off the front of `buf`.
+
+    Returns the frames (each without its 4-byte length prefix) and how many bytes of `buf`
+    they used; the caller keeps the rest for the next chunk. A length that is negative,
+    shorter than the header-length field, or (with its prefix) over `max_frame_length` raises
+    at once, before the frame's bytes arrive, as Netty's decoder does.
+    """
+    view = memoryview(buf)
+    size = len(view)
+    frames: list[bytes] = []
+    pos = 0
+    while size - pos >= 4:
+        total = _INT32.unpack_from(view, pos)[0]
+        if total < 4:
+            raise ProtocolError(f"bad frame length {total} at offset {pos}: shorter than the header-length field")
+        if total + 4 > max_frame_length:
+            raise ProtocolError(f"frame length {total} exceeds the maximum frame length {max_frame_length}")
+        end = pos + 4 + total
+        if end > size:
+            break
+        frames.append(view[pos + 4:end].tobytes())
+        pos = end
+    return frames, pos
+
+
+def _read_utf8(data: bytes, start: int, length: int, what: str) -> str:
+    try:
+        return data[start:start + length].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"binary header: {what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
+def decode_binary_header(data: bytes) -> tuple[int, int, int, int, int, str | None, dict[str, str] | None]:
+    """Decode a ROCKETMQ (binary) header.
+
+    Returns (code, language, version, opaque, flag, remark, extFields). As in Java, a string of
+    length 0 decodes as null: a null remark is None, an ext entry with a null key or value is left
+    out, and extFields is None when the ext section is empty.
+    """
+    size = len(data)
+    if size < _FIXED_LEN:
+        raise ProtocolError(f"binary header of {size} bytes is shorter than the 21-byte fixed part")
+    code, language, version, opaque, flag, remark_len = _HEADER_FIXED.unpack_from(data, 0)
+    pos = 17
+    if remark_len < 0 or remark_len > size - pos - 4:
+        raise ProtocolError(f"binary header: remark length {remark_len} exceeds the header")
+    remark = _read_utf8(data, pos, remark_len, "remark") if remark_len else None
+    pos += remark_len
+    ext_len = _INT32.unpack_from(data, pos)[0]
+    pos += 4
+    if ext_len < 0 or ext_len > size - pos:
+        raise ProtocolError(f"binary header: extFields length {ext_len} exceeds the header")
+    if ext_len == 0:
+        return code, language, version, opaque, flag, remark, None
+    ext: dict[str, str] = {}
+    end = pos + ext_len
+    while pos < end:
+        if end - pos < 2:
+            raise ProtocolError("binary header: truncated extFields key length")
+        key_len = _EXT_KEY_LEN.unpack_from(data, pos)[0]
+        pos += 2
+        if key_len < 0 or key_len > end - pos:
+            raise ProtocolError(f"binary header: extFields key length {key_len} exceeds the ext section")
+        key = _read_utf8(data, pos, key_len, "extFields key") if key_len else None
+        pos += key_len
+        if end - pos < 4:
+            raise ProtocolError("binary header: truncated extFields value length")
+        value_len = _INT32.unpack_from(data, pos)[0]
+        pos += 4
+        if value_len < 0 or value_len > end - pos:
+            raise ProtocolError(f"binary header: extFields value length {value_len} exceeds the ext section")
+        value = _read_utf8(data, pos, value_len, "extFields value") if value_len else None
+        pos += value_len
+        if key is not None and value is not None:
+            ext[key] = value
+    return code, language, version, opaque, flag, remark, ext
+
+
+def encode_binary_header(
+    code: int,
+    language: int,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext_fields: dict[str, str] | None,
+) -> bytes:
+    """Encode a ROCKETMQ (binary) header; entries with a null or empty key or value are skipped."""
+    if not (_INT16_MIN <= code <= _INT16_MAX and _INT16_MIN <= version <= _INT16_MAX and 0 <= language <= 255
+            and _INT32_MIN <= opaque <= _INT32_MAX and _INT32_MIN <= flag <= _INT32_MAX):
+        raise ProtocolError(f"binary header cannot carry code={code} language={language} version={version} "
+                            f"opaque={opaque} flag={flag}")
+    remark_bytes = remark.encode("utf-8") if remark else b""
+    parts = [_HEADER_FIXED.pack(code, language, version, opaque, flag, len(remark_bytes)), remark_bytes]
+    ext_parts: list[bytes] = []
+    if ext_fields:
+        for key, value in ext_fields.items():
+            if not key or not value:
+                continue
+            key_bytes = key.encode("utf-8")
+            value_bytes = value.encode("utf-8")
+            if len(key_bytes) > _INT16_MAX:
+                raise ProtocolError(f"binary header: extFields key of {len(key_bytes)} bytes is too long")
+            ext_parts.append(_EXT_KEY_LEN.pack(len(key_bytes)))
+            ext_parts.append(key_bytes)
+            ext_parts.append(_INT32.pack(len(value_bytes)))
+            ext_parts.append(value_bytes)
+    ext = b"".join(ext_parts)
+    parts.append(_INT32.pack(len(ext)))
+    parts.append(ext)
+    return b"".join(parts)
+
+
+def body_crc32(data: bytes | bytearray | memoryview | None) -> int:
+    """The CRC32 RocketMQ puts in `bodyCrc32`: zlib's CRC masked to 31 bits (a null body is 0)."""
+    if not data:
+        return 0
+    return zlib.crc32(data) & 0x7FFFFFFF

@@ -1,0 +1,232 @@
+"""NameServer configuration: RocketMQ's NamesrvConfig + NettyServerConfig keys, plus namesrv's own.
+
+Keys keep RocketMQ's camelCase names in files, on the command line and on the wire
+(GET/UPDATE_NAMESRV_CONFIG); attributes are their snake_case twins. Unlike Java, an unknown key
+or a value that does not parse is an error naming the key, never silently ignored.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+_HOME = Path.home()
+
+
+class ConfigError(ValueError):
+    """A configuration key that does not exist or a value that does not parse."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+def _key(doc: str, default: Any, remote: bool = False) -> Any:
+    """A config field with its one-line doc; `remote` = UPDATE_NAMESRV_CONFIG may change it."""
+    return field(default=default, metadata={"doc": doc, "remote": remote})
+
+
+@dataclass
+class NamesrvConfig:
+    # --- NamesrvConfig (RocketMQ) ---
+    rocketmq_home: str = _key("RocketMQ home directory (informational; RocketMQ reads ROCKETMQ_HOME).",
+                              os.environ.get("ROCKETMQ_HOME", ""))
+    kv_config_path: str = _key("KV config file, JSON in RocketMQ's format, written atomically.",
+                               str(_HOME / "namesrv" / "kvConfig.json"))
+    config_store_path: str = _key("Where UPDATE_NAMESRV_CONFIG persists the config (the -c file when given).",
+                                  str(_HOME / "namesrv" / "namesrv.properties"))
+    product_env_name: str = _key("RocketMQ's clusterTest product environment name (kept for compatibility).", "center")
+    cluster_test: bool = _key("RocketMQ's clusterTest mode (not supported; must stay false).", False)
+    order_message_enable: bool = _key("Add orderTopicConf (KV namespace ORDER_TOPIC_CONFIG) to topic routes.", False,
+                                      remote=True)
+    return_order_topic_config_to_broker: bool = _key(
+        "Return the ORDER_TOPIC_CONFIG KV table in REGISTER_BROKER responses.", True, remote=True)
+    client_request_thread_pool_nums: int = _key("Threads of the route-query executor (GET_ROUTEINFO_BY_TOPIC).", 8)
+    default_thread_pool_nums: int = _key("Threads of the default executor (registrations, heartbeats, KV, admin).", 16)
+    client_request_thread_pool_queue_capacity: int = _key("Queue bound of the route-query executor.", 50000)
+    default_thread_pool_queue_capacity: int = _key("Queue bound of the default executor.", 10000)
+    scan_not_active_broker_interval: int = _key("Period of the expired-broker scan, ms.", 5000)
+    un_register_broker_queue_capacity: int = _key("Bound of pending unregistrations.", 3000)
+    support_acting_master: bool = _key("Promote the lowest slave to id 0 in routes of acting-master groups.", False,
+                                       remote=True)
+    enable_all_topic_list: bool = _key("Answer GET_ALL_TOPIC_LIST_FROM_NAMESERVER (else SYSTEM_ERROR 'disable').",
+                                       True, remote=True)
+    enable_topic_list: bool = _key("Answer cluster/unit topic-list queries (else SYSTEM_ERROR 'disable').", True,
+                                   remote=True)
+    notify_min_broker_id_changed: bool = _key("RocketMQ's min-broker-id notification (not sent by namesrv).", False)
+    need_wait_for_service: bool = _key("Refuse route queries for waitSecondsForService after start.", False)
+    wait_seconds_for_service: int = _key("Seconds route queries are refused after start when needWaitForService.",
+                                         45)
+    delete_topic_with_broker_registration: bool = _key(
+        "Drop a broker's queues of topics missing from its full registration.", False, remote=True)
+    config_black_list: str = _key("Extra keys (;-separated) UPDATE_NAMESRV_CONFIG may never change.",
+                                  "configBlackList;configStorePath;kvConfigPath")
+    # --- NettyServerConfig (RocketMQ) ---
+    bind_address: str = _key("Address the RocketMQ TCP endpoint binds.", "0.0.0.0")
+    listen_port: int = _key("RocketMQ remoting TCP port.", 9876)
+    server_worker_threads: int = _key("RocketMQ's codec worker threads (namesrv decodes on the reactor).", 8)
+    server_callback_executor_threads: int = _key("Threads of the public executor (unregistered codes); 0 = 4.", 0)
+    server_selector_threads: int = _key("ZeroMQ context I/O threads (RocketMQ's selector threads).", 3)
+    server_oneway_semaphore_value: int = _key("Oneway requests in flight at once; beyond it they are dropped.", 256)
+    server_async_semaphore_value: int = _key("RocketMQ's async-call bound (namesrv makes no async calls).", 64)
+    server_channel_max_idle_time_seconds: int = _key("Close a connection with no traffic for this many seconds.", 120)
+    server_socket_snd_buf_size: int = _key("SO_SNDBUF of accepted connections; 0 = OS default.", 0)
+    server_socket_rcv_buf_size: int = _key("SO_RCVBUF of accepted connections; 0 = OS default.", 0)
+    write_buffer_high_water_mark: int = _key("ZeroMQ send high-water mark in messages; 0 = ZeroMQ default.", 0)
+    write_buffer_low_water_mark: int = _key("RocketMQ's low water mark (unused by ZeroMQ).", 0)
+    server_socket_backlog: int = _key("Listen backlog.", 1024)
+    # --- namesrv's own ---
+    zmq_listen_address: str = _key("ZeroMQ ROUTER endpoint for msgpack-framed native peers; empty disables.",
+                                   "tcp://0.0.0.0:9877")
+    max_frame_length: int = _key("Largest frame accepted, length prefix included (RocketMQ: 16 MiB).", 16777216)
+    max_connection_output_bytes: int = _key("Unsent reply bytes one connection may hold before it is closed.",
+                                            64 * 1024 * 1024)
+
+    # ---- keys ----
+    @staticmethod
+    def camel(name: str) -> str:
+        head, *rest = name.split("_")
+        return head + "".join(part.capitalize() for part in rest)
+
+    @classmethod
+    def keys(cls) -> dict[str, str]:
+        """camelCase key -> attribute name, in declaration order."""
+        return {cls.camel(f.name): f.name for f in fields(cls)}
+
+    @classmethod
+    def doc(cls, key: str) -> str:
+        return next(f.metadata["doc"] for f in fields(cls) if cls.camel(f.name) == key)
+
+    def black_list(self) -> set[str]:
+        """Keys UPDATE_NAMESRV_CONFIG refuses: RocketMQ's black list, always with rocketmqHome."""
+        listed = {k.strip() for k in self.config_black_list.split(";") if k.strip()}
+        return listed | {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"}
+
+    @classmethod
+    def remote_updatable(cls) -> set[str]:
+        """The explicit allowlist of keys UPDATE_NAMESRV_CONFIG may change (no paths, ports, pools)."""
+        return {cls.camel(f.name) for f in fields(cls) if f.metadata["remote"]}
+
+    # ---- values ----
+    def get(self, key: str) -> Any:
+        try:
+            return getattr(self, self.keys()[key])
+        except KeyError:
+            raise ConfigError(key, "unknown configuration key") from None
+
+    def parse_value(self, key: str, text: str) -> Any:
+        """`text` converted to the type of `key`, or ConfigError naming the key."""
+        attribute = self.keys().get(key)
+        if attribute is None:
+            raise ConfigError(key, "unknown configuration key")
+        kind = _TYPES[next(f.type for f in fields(self) if f.name == attribute)]
+        text = text.strip()
+        if kind is bool:
+            if text.lower() not in ("true", "false"):
+                raise ConfigError(key, f"expected true or false, got {text!r}")
+            return text.lower() == "true"
+        if kind is int:
+            try:
+                value = int(text)
+            except ValueError:
+                raise ConfigError(key, f"expected an integer, got {text!r}") from None
+            if value < 0:
+                raise ConfigError(key, f"must not be negative, got {value}")
+            return value
+        return text
+
+    def apply(self, properties: dict[str, str]) -> None:
+        """Set every key of `properties`; all are validated before any is applied."""
+        parsed = {key: self.parse_value(key, value) for key, value in properties.items()}
+        keys = self.keys()
+        for key, value in parsed.items():
+            setattr(self, keys[key], value)
+
+    def to_properties(self) -> dict[str, str]:
+        out = {}
+        for key, attribute in self.keys().items():
+            value = getattr(self, attribute)
+            out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        return out
+
+    def to_text(self) -> str:
+        """`key=value` lines sorted by key (GET_NAMESRV_CONFIG's body, as RocketMQ 5.x)."""
+        return "".join(f"{key}={escape_property(value)}\n" for key, value in sorted(self.to_properties().items()))
+
+    @classmethod
+    def load(cls, path: str | None = None, overrides: dict[str, str] | None = None) -> NamesrvConfig:
+        """Defaults, then the properties file (which becomes configStorePath), then overrides."""
+        config = cls()
+        if path is not None:
+            config.apply(parse_properties(Path(path).read_text(encoding="utf-8")))
+            config.config_store_path = str(path)
+        if overrides:
+            config.apply(overrides)
+        return config
+
+
+_TYPES = {"bool": bool, "int": int, "str": str}
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_KEY_END = re.compile(r"(?<!\\)[=: \t\f]")
+
+
+def _unescape(text: str) -> str:
+    out = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\\" and index + 1 < len(text):
+            nxt = text[index + 1]
+            if nxt == "u" and index + 6 <= len(text):
+                try:
+                    out.append(chr(int(text[index + 2:index + 6], 16)))
+                    index += 6
+                    continue
+                except ValueError:
+                    pass
+            out.append(_ESCAPES.get(nxt, nxt))
+            index += 2
+            continue
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java `Properties.load` syntax: `key=value`, `key:value` or `key value`; `#`/`!` comments,
+    backslash escapes and line continuations."""
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip(" \t\f")
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending += line[:-1]
+            continue
+        logical.append(pending + line)
+        pending = ""
+    if pending:
+        logical.append(pending)
+    result: dict[str, str] = {}
+    for line in logical:
+        match = _KEY_END.search(line)
+        if match is None:
+            key, value = line, ""
+        else:
+            key = line[:match.start()]
+            rest = line[match.start():].lstrip(" \t\f")
+            if rest[:1] in ("=", ":"):
+                rest = rest[1:].lstrip(" \t\f")
+            value = rest
+        result[_unescape(key)] = _unescape(value)
+    return result
+
+
+def escape_property(value: str) -> str:
+    """Escape a value so `parse_properties` reads it back unchanged."""
+    out = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    return "\\" + out if out.startswith((" ", "\t")) else out

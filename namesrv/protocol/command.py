@@ -1,0 +1,148 @@
+"""RemotingCommand: one request or response of the remoting protocol, and its frame codec."""
+from __future__ import annotations
+
+import struct
+
+from namesrv import fastpath
+from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, SERVER_VERSION, LanguageCode, SerializeType
+from namesrv.protocol.errors import ProtocolError
+from namesrv.protocol.json_header import decode_json_header, encode_json_header
+
+_PREFIX = struct.Struct(">ii")  # totalLength, headerField
+
+
+class RemotingCommand:
+    """A decoded remoting command.
+
+    Plain data: `ext_fields` holds the typed "custom header" flattened to strings exactly as it
+    travels; `serialize_type` is the header codec it arrived in (a response keeps its
+    request's, so callers are always answered in the codec they spoke).
+    """
+
+    __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body", "serialize_type")
+
+    def __init__(
+        self,
+        code: int,
+        *,
+        language: int = LanguageCode.JAVA,
+        version: int = SERVER_VERSION,
+        opaque: int = 0,
+        flag: int = 0,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes | None = None,
+        serialize_type: int = SerializeType.JSON,
+    ) -> None:
+        self.code = code
+        self.language = language
+        self.version = version
+        self.opaque = opaque
+        self.flag = flag
+        self.remark = remark
+        self.ext_fields = ext_fields
+        self.body = body
+        self.serialize_type = serialize_type
+
+    @classmethod
+    def request(
+        cls,
+        code: int,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes | None = None,
+        *,
+        opaque: int = 0,
+        oneway: bool = False,
+        serialize_type: int = SerializeType.JSON,
+        version: int = SERVER_VERSION,
+        language: int = LanguageCode.PYTHON,
+    ) -> RemotingCommand:
+        """A request; ext_fields values are converted to their wire strings."""
+        return cls(
+            code,
+            language=language,
+            version=version,
+            opaque=opaque,
+            flag=FLAG_ONEWAY if oneway else 0,
+            ext_fields=None if ext_fields is None else {k: wire_string(v) for k, v in ext_fields.items() if v is not None},
+            body=body,
+            serialize_type=serialize_type,
+        )
+
+    def make_response(
+        self,
+        code: int,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes | None = None,
+    ) -> RemotingCommand:
+        """The response to this request: same opaque and codec, flag = response bit only."""
+        return RemotingCommand(
+            code,
+            opaque=self.opaque,
+            flag=FLAG_RESPONSE,
+            remark=remark,
+            ext_fields=ext_fields,
+            body=body,
+            serialize_type=self.serialize_type,
+        )
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    def encode_header(self) -> bytes:
+        fields = (self.code, self.language, self.version, self.opaque, self.flag, self.remark, self.ext_fields)
+        if self.serialize_type == SerializeType.ROCKETMQ:
+            return fastpath.encode_binary_header(*fields)
+        return encode_json_header(*fields)
+
+    def encode(self) -> bytes:
+        """The whole frame, length prefix included."""
+        header = self.encode_header()
+        body = self.body or b""
+        return b"".join((_PREFIX.pack(4 + len(header) + len(body), (self.serialize_type << 24) | len(header)), header, body))
+
+    @classmethod
+    def decode(cls, frame: bytes) -> RemotingCommand:
+        """Decode one frame as `split_frames` yields it (without the 4-byte length prefix)."""
+        if len(frame) < 4:
+            raise ProtocolError(f"frame of {len(frame)} bytes has no header-length field")
+        field = int.from_bytes(frame[:4], "big")
+        serialize_type = field >> 24
+        header_len = field & 0xFFFFFF
+        if header_len > len(frame) - 4:
+            raise ProtocolError(f"header length {header_len} exceeds the frame ({len(frame) - 4} bytes after the field)")
+        header = frame[4:4 + header_len]
+        if serialize_type == SerializeType.JSON:
+            fields = decode_json_header(header)
+        elif serialize_type == SerializeType.ROCKETMQ:
+            fields = fastpath.decode_binary_header(header)
+        else:
+            raise ProtocolError(f"unknown serialize type {serialize_type}")
+        code, language, version, opaque, flag, remark, ext = fields
+        body = frame[4 + header_len:] or None
+        return cls(code, language=language, version=version, opaque=opaque, flag=flag, remark=remark,
+                   ext_fields=ext, body=body, serialize_type=serialize_type)
+
+    def __repr__(self) -> str:
+        kind = "response" if self.is_response else ("oneway" if self.is_oneway else "request")
+        body = f"{len(self.body)} bytes" if self.body else "none"
+        return (f"RemotingCommand({kind} code={self.code} opaque={self.opaque} remark={self.remark!r} "
+                f"ext={self.ext_fields!r} body={body})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RemotingCommand):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+
+def wire_string(value: object) -> str:
+    """How Java's toString() writes a header field value (booleans lower-case)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

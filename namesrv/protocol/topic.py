@@ -1,0 +1,247 @@
+"""What a broker registers: DataVersion, TopicConfig and the RegisterBrokerBody (reference 3.2-3.6)."""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from namesrv.protocol import jsonbody
+from namesrv.protocol.codes import PERM_READ, PERM_WRITE, Version
+from namesrv.protocol.errors import ProtocolError
+from namesrv.protocol.jsonbody import dumps, expect, get_bool, get_dict, get_int, get_list, get_str
+
+_INT32 = struct.Struct(">i")
+#: A compressed body may inflate to at most this much (a zlib bomb must not exhaust memory).
+MAX_INFLATED_BODY = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class DataVersion:
+    """Version stamp of a broker's topic table; equal only if all three fields are equal."""
+
+    counter: int = 0
+    timestamp: int = 0
+    state_version: int = 0
+
+    def next_version(self, now_ms: int) -> DataVersion:
+        return DataVersion(self.counter + 1, now_ms, self.state_version)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"counter": self.counter, "stateVersion": self.state_version, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_dict(cls, obj: Any, what: str = "DataVersion") -> DataVersion:
+        expect(obj, dict, what)
+        return cls(get_int(obj, "counter", 0, what), get_int(obj, "timestamp", 0, what),
+                   get_int(obj, "stateVersion", 0, what))
+
+    def encode(self) -> bytes:
+        return dumps(self.to_dict())
+
+    @classmethod
+    def decode(cls, data: bytes) -> DataVersion:
+        return cls.from_dict(jsonbody.loads(data, "DataVersion"))
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    """One topic of a broker's topic table."""
+
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+    attributes: dict[str, str] | None = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.attributes is not None:
+            out["attributes"] = self.attributes
+        out["order"] = self.order
+        out["perm"] = self.perm
+        out["readQueueNums"] = self.read_queue_nums
+        out["topicFilterType"] = self.topic_filter_type
+        out["topicName"] = self.topic_name
+        out["topicSysFlag"] = self.topic_sys_flag
+        out["writeQueueNums"] = self.write_queue_nums
+        return out
+
+    @classmethod
+    def from_dict(cls, obj: Any, name: str | None = None) -> TopicConfig:
+        what = f"TopicConfig[{name}]"
+        expect(obj, dict, what)
+        topic = get_str(obj, "topicName", what) or name
+        if not topic:
+            raise ProtocolError(f"{what} has no topicName")
+        attributes = obj.get("attributes")
+        if attributes is not None:
+            expect(attributes, dict, f"{what}.attributes")
+        return cls(topic, get_int(obj, "readQueueNums", 16, what), get_int(obj, "writeQueueNums", 16, what),
+                   get_int(obj, "perm", PERM_READ | PERM_WRITE, what), get_str(obj, "topicFilterType", what) or "SINGLE_TAG",
+                   get_int(obj, "topicSysFlag", 0, what), get_bool(obj, "order", what), attributes)
+
+    def to_text(self) -> str:
+        """The space-separated form of compressed bodies (loses topicSysFlag and order, as Java's)."""
+        text = f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums} {self.perm} {self.topic_filter_type} "
+        if self.attributes is not None:
+            text += dumps(self.attributes).decode()
+        return text
+
+    @classmethod
+    def from_text(cls, text: str) -> TopicConfig:
+        tokens = text.split(" ")
+        while tokens and tokens[-1] == "":
+            tokens.pop()  # Java's split drops trailing empty strings
+        if len(tokens) < 5:
+            raise ProtocolError(f"compressed TopicConfig {text[:80]!r} has {len(tokens)} fields, needs 5")
+        try:
+            read, write, perm = int(tokens[1]), int(tokens[2]), int(tokens[3])
+        except ValueError:
+            raise ProtocolError(f"compressed TopicConfig {text[:80]!r} has a non-integer queue count or perm") from None
+        attributes: dict[str, str] | None = None
+        if len(tokens) >= 6:
+            try:
+                parsed = jsonbody.loads(tokens[5].encode(), "attributes")
+                attributes = parsed if isinstance(parsed, dict) else None
+            except ProtocolError:
+                attributes = None  # 5.x ignores a 6th token it cannot parse
+        return cls(tokens[0], read, write, perm, tokens[4], attributes=attributes)
+
+
+@dataclass(slots=True)
+class TopicConfigSerializeWrapper:
+    """A broker's topic table with its DataVersion (and the 5.x static-topic mapping maps, kept raw)."""
+
+    topic_config_table: dict[str, TopicConfig] = field(default_factory=dict)
+    data_version: DataVersion = field(default_factory=DataVersion)
+    mapping_data_version: DataVersion | None = None
+    topic_queue_mapping_info_map: dict[str, Any] = field(default_factory=dict)
+    topic_queue_mapping_detail_map: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"dataVersion": self.data_version.to_dict()}
+        if self.mapping_data_version is not None:
+            out["mappingDataVersion"] = self.mapping_data_version.to_dict()
+        out["topicConfigTable"] = {name: config.to_dict() for name, config in self.topic_config_table.items()}
+        out["topicQueueMappingDetailMap"] = self.topic_queue_mapping_detail_map
+        out["topicQueueMappingInfoMap"] = self.topic_queue_mapping_info_map
+        return out
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> TopicConfigSerializeWrapper:
+        what = "TopicConfigSerializeWrapper"
+        expect(obj, dict, what)
+        table = {name: TopicConfig.from_dict(config, name)
+                 for name, config in get_dict(obj, "topicConfigTable", what).items()}
+        data_version = DataVersion.from_dict(obj["dataVersion"], f"{what}.dataVersion") if obj.get("dataVersion") \
+            is not None else DataVersion()
+        mapping = obj.get("mappingDataVersion")
+        return cls(table, data_version,
+                   None if mapping is None else DataVersion.from_dict(mapping, f"{what}.mappingDataVersion"),
+                   get_dict(obj, "topicQueueMappingInfoMap", what), get_dict(obj, "topicQueueMappingDetailMap", what))
+
+    def encode(self) -> bytes:
+        return dumps(self.to_dict())
+
+
+@dataclass(slots=True)
+class RegisterBrokerBody:
+    """REGISTER_BROKER's body: topic table plus filter servers, as JSON or in the compressed layout."""
+
+    wrapper: TopicConfigSerializeWrapper = field(default_factory=TopicConfigSerializeWrapper)
+    filter_server_list: list[str] | None = field(default_factory=list)
+
+    def encode(self, compressed: bool = False, version: int = Version.V5_3_3) -> bytes:
+        if version < Version.V3_0_11:
+            return self.wrapper.encode()
+        if not compressed:
+            return dumps({"filterServerList": self.filter_server_list or [],
+                          "topicConfigSerializeWrapper": self.wrapper.to_dict()})
+        return zlib.compress(self._compressed_layout(version), 9)
+
+    def _compressed_layout(self, version: int) -> bytes:
+        parts = []
+
+        def put(blob: bytes) -> None:
+            parts.append(_INT32.pack(len(blob)))
+            parts.append(blob)
+
+        put(self.wrapper.data_version.encode())
+        parts.append(_INT32.pack(len(self.wrapper.topic_config_table)))
+        for config in self.wrapper.topic_config_table.values():
+            put(config.to_text().encode())
+        put(dumps(self.filter_server_list or []))
+        if version >= Version.V5_0_0:
+            mappings = self.wrapper.topic_queue_mapping_info_map
+            parts.append(_INT32.pack(len(mappings)))
+            for info in mappings.values():
+                put(dumps(info))
+        return b"".join(parts)
+
+    @classmethod
+    def decode(cls, data: bytes | None, compressed: bool = False, version: int = Version.V5_3_3) -> RegisterBrokerBody:
+        """Decode any of the three forms; a missing body is an empty topic table with DataVersion 0."""
+        if not data:
+            return cls(TopicConfigSerializeWrapper(), None)
+        if version < Version.V3_0_11:
+            return cls(TopicConfigSerializeWrapper.from_dict(jsonbody.loads(data, "TopicConfigSerializeWrapper")), None)
+        if compressed:
+            return cls._decode_compressed(data, version)
+        obj = expect(jsonbody.loads(data, "RegisterBrokerBody"), dict, "RegisterBrokerBody")
+        wrapper = TopicConfigSerializeWrapper.from_dict(obj.get("topicConfigSerializeWrapper") or {})
+        servers = [expect(s, str, "RegisterBrokerBody.filterServerList[]")
+                   for s in get_list(obj, "filterServerList", "RegisterBrokerBody")]
+        return cls(wrapper, servers)
+
+    @classmethod
+    def _decode_compressed(cls, data: bytes, version: int) -> RegisterBrokerBody:
+        inflater = zlib.decompressobj()
+        try:
+            raw = inflater.decompress(data, MAX_INFLATED_BODY)
+        except zlib.error as exc:
+            raise ProtocolError(f"compressed RegisterBrokerBody does not inflate: {exc}") from None
+        if inflater.unconsumed_tail:
+            raise ProtocolError(f"compressed RegisterBrokerBody inflates past {MAX_INFLATED_BODY} bytes")
+        pos = 0
+
+        def take_int(what: str) -> int:
+            nonlocal pos
+            if len(raw) - pos < 4:
+                raise ProtocolError(f"compressed RegisterBrokerBody truncated at {what}")
+            value = _INT32.unpack_from(raw, pos)[0]
+            pos += 4
+            return value
+
+        def take_blob(what: str) -> bytes:
+            nonlocal pos
+            size = take_int(what)
+            if size < 0 or size > len(raw) - pos:
+                raise ProtocolError(f"compressed RegisterBrokerBody: {what} length {size} exceeds the body")
+            pos += size
+            return raw[pos - size:pos]
+
+        data_version = DataVersion.decode(take_blob("dataVersion"))
+        count = take_int("topic count")
+        if count < 0 or count > (len(raw) - pos) // 4:
+            raise ProtocolError(f"compressed RegisterBrokerBody: topic count {count} exceeds the body")
+        table: dict[str, TopicConfig] = {}
+        for _ in range(count):
+            blob = take_blob("TopicConfig")
+            try:
+                config = TopicConfig.from_text(blob.decode("utf-8"))
+            except UnicodeDecodeError:
+                raise ProtocolError("compressed RegisterBrokerBody: TopicConfig is not UTF-8") from None
+            table[config.topic_name] = config
+        servers = expect(jsonbody.loads(take_blob("filterServerList"), "filterServerList"), list, "filterServerList")
+        mappings: dict[str, Any] = {}
+        if version >= Version.V5_0_0 and pos < len(raw):
+            for _ in range(max(0, take_int("mapping count"))):
+                info = expect(jsonbody.loads(take_blob("TopicQueueMappingInfo"), "TopicQueueMappingInfo"), dict,
+                              "TopicQueueMappingInfo")
+                mappings[str(info.get("topic"))] = info
+        wrapper = TopicConfigSerializeWrapper(table, data_version, topic_queue_mapping_info_map=mappings)
+        return cls(wrapper, [expect(s, str, "filterServerList[]") for s in servers])
