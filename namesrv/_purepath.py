@@ -9,8 +9,6 @@ from __future__ import annotations
 import struct
 import zlib
 
-from namesrv.protocol.errors import ProtocolError
-
 _INT32 = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hBhiii")  # code, language, version, opaque, flag, remarkLength
 _EXT_KEY_LEN = struct.Struct(">h")
@@ -46,14 +44,24 @@ def split_frames(buf: bytes | bytearray | memoryview, max_frame_length: int) -> 
     return frames, pos
 
 
-def _read_utf8(data: bytes, start: int, length: int, what: str) -> str:
+def _read_utf8(data: bytes | bytearray | memoryview, start: int, length: int, what: str) -> str:
     try:
-        return data[start:start + length].decode("utf-8")
+        return str(data[start:start + length], "utf-8")  # str(), not .decode(): memoryview has none
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"binary header: {what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
-def decode_binary_header(data: bytes) -> tuple[int, int, int, int, int, str | None, dict[str, str] | None]:
+def _utf8_of(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from a JSON "\ud800" escape
+        raise ProtocolError(
+            f"binary header: {what} is not encodable as UTF-8 ({exc.reason} at index {exc.start})") from None
+
+
+def decode_binary_header(
+    data: bytes | bytearray | memoryview,
+) -> tuple[int, int, int, int, int, str | None, dict[str, str] | None]:
     """Decode a ROCKETMQ (binary) header.
 
     Returns (code, language, version, opaque, flag, remark, extFields). As in Java, a string of
@@ -113,15 +121,15 @@ def encode_binary_header(
             and _INT32_MIN <= opaque <= _INT32_MAX and _INT32_MIN <= flag <= _INT32_MAX):
         raise ProtocolError(f"binary header cannot carry code={code} language={language} version={version} "
                             f"opaque={opaque} flag={flag}")
-    remark_bytes = remark.encode("utf-8") if remark else b""
+    remark_bytes = _utf8_of(remark, "remark") if remark else b""
     parts = [_HEADER_FIXED.pack(code, language, version, opaque, flag, len(remark_bytes)), remark_bytes]
     ext_parts: list[bytes] = []
     if ext_fields:
         for key, value in ext_fields.items():
             if not key or not value:
                 continue
-            key_bytes = key.encode("utf-8")
-            value_bytes = value.encode("utf-8")
+            key_bytes = _utf8_of(key, "extFields key")
+            value_bytes = _utf8_of(value, "extFields value")
             if len(key_bytes) > _INT16_MAX:
                 raise ProtocolError(f"binary header: extFields key of {len(key_bytes)} bytes is too long")
             ext_parts.append(_EXT_KEY_LEN.pack(len(key_bytes)))
@@ -139,3 +147,8 @@ def body_crc32(data: bytes | bytearray | memoryview | None) -> int:
     if not data:
         return 0
     return zlib.crc32(data) & 0x7FFFFFFF
+
+
+# Imported last on purpose: namesrv.protocol's __init__ imports namesrv.fastpath, which imports
+# this module; binding the functions first lets `import namesrv._purepath` come first too.
+from namesrv.protocol.errors import ProtocolError  # noqa: E402

@@ -9,6 +9,7 @@ from namesrv.protocol.errors import ProtocolError
 from namesrv.protocol.json_header import decode_json_header, encode_json_header
 
 _PREFIX = struct.Struct(">ii")  # totalLength, headerField
+_MAX_HEADER_LENGTH = 0xFFFFFF  # the header length shares its int32 with the serialize-type byte
 
 
 class RemotingCommand:
@@ -99,11 +100,15 @@ class RemotingCommand:
         fields = (self.code, self.language, self.version, self.opaque, self.flag, self.remark, self.ext_fields)
         if self.serialize_type == SerializeType.ROCKETMQ:
             return fastpath.encode_binary_header(*fields)
-        return encode_json_header(*fields)
+        if self.serialize_type == SerializeType.JSON:
+            return encode_json_header(*fields)
+        raise ProtocolError(f"unknown serialize type {self.serialize_type}")
 
     def encode(self) -> bytes:
         """The whole frame, length prefix included."""
         header = self.encode_header()
+        if len(header) > _MAX_HEADER_LENGTH:
+            raise ProtocolError(f"header of {len(header)} bytes does not fit the 24-bit header-length field")
         body = self.body or b""
         return b"".join((_PREFIX.pack(4 + len(header) + len(body), (self.serialize_type << 24) | len(header)), header, body))
 

@@ -5,28 +5,22 @@ import orjson
 
 from namesrv.protocol.codes import LanguageCode
 from namesrv.protocol.errors import ProtocolError
+from namesrv.protocol.jsonbody import as_int
 
 _LANGUAGE_BY_NAME = {member.name: int(member) for member in LanguageCode}
 _LANGUAGE_NAMES = {int(member): member.name for member in LanguageCode}
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 HeaderTuple = tuple[int, int, int, int, int, "str | None", "dict[str, str] | None"]
 
 
 def _int_field(header: dict, name: str) -> int:
-    value = header.get(name, 0)
+    value = header.get(name)
     if value is None:
         return 0
-    if isinstance(value, str):  # fastjson coerces numeric strings
-        try:
-            value = int(value)
-        except ValueError:
-            raise ProtocolError(f"JSON header field {name!r} must be an integer, got {value!r}") from None
-    elif isinstance(value, bool) or not isinstance(value, int):
-        raise ProtocolError(f"JSON header field {name!r} must be an integer, got {type(value).__name__}")
-    if not _INT32_MIN <= value <= _INT32_MAX:
-        raise ProtocolError(f"JSON header field {name!r} is out of the int32 range: {value}")
-    return value
+    number = as_int(value, 32)  # fastjson also coerces a decimal string
+    if number is None:
+        raise ProtocolError(f"JSON header field {name!r} must be a 32-bit integer, got {value!r:.60}")
+    return number
 
 
 def _ext_value(key: str, value: object) -> str | None:

@@ -2,7 +2,7 @@
 
 Legacy flavour writes integer map keys bare (`{0:"addr"}`, not JSON); the standard flavour
 quotes and sorts them and escapes like fastjson's BrowserCompatible feature. Input accepts
-both. Models in `body` compose their output from the pieces here.
+both. The models in `topic` and `route` compose their output from the pieces here.
 """
 from __future__ import annotations
 
@@ -14,9 +14,13 @@ import orjson
 
 from namesrv.protocol.errors import ProtocolError
 
-_JSON_STRING = re.compile(rb'("(?:[^"\\]|\\.)*")', re.DOTALL)
+#: A JSON string, or an unterminated one running to the end: every quote starts a match, so
+#: splitting is linear even on hostile input such as `"\"\"\"...` with no closing quote.
+_JSON_STRING = re.compile(rb'("[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z))', re.DOTALL)
 _BARE_INT_KEY = re.compile(rb"([{,]\s*)(-?\d+)(\s*:)")
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_BROWSER_UNSAFE = re.compile(r"[^\x00-\x7e]")  # fastjson escapes every char >= 0x7F
+_CONTROL_ESCAPE = re.compile(rb"\\(?:\\|u00([0-9a-f]{2}))")  # orjson's `\u001f` (and `\\` to skip)
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
 
 dumps = orjson.dumps
 
@@ -45,23 +49,58 @@ def loads(data: bytes | bytearray | memoryview, what: str) -> Any:
     raise ProtocolError(f"{what} is not valid JSON: {error}")
 
 
+def as_int(value: object, bits: int = 64) -> int | None:
+    """`value` as Java reads an int (bits=32) or long field: a JSON integer or a decimal string
+    (optional sign, ASCII digits, as `Long.parseLong`) within range; None for anything else."""
+    if isinstance(value, str):
+        if len(value) > 24 or not _DECIMAL.fullmatch(value):
+            return None
+        value = int(value)
+    elif not isinstance(value, int) or isinstance(value, bool):
+        return None
+    limit = 1 << (bits - 1)
+    return value if -limit <= value < limit else None
+
+
 def _escape_char(match: re.Match[str]) -> str:
     code = ord(match.group())
-    if code > 0xFFFF:
+    if code > 0xFFFF:  # Java strings are UTF-16: one escape per surrogate
         code -= 0x10000
-        return "\\u%04x\\u%04x" % (0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF))
-    return "\\u%04x" % code
+        return "\\u%04X\\u%04X" % (0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF))
+    return "\\u%04X" % code
+
+
+def _upper_hex(match: re.Match[bytes]) -> bytes:
+    return match.group() if match.group(1) is None else b"\\u00" + match.group(1).upper()
 
 
 def browser_compatible(data: bytes) -> bytes:
-    """fastjson's BrowserCompatible escaping: `/` -> `\\/`, non-ASCII -> `\\uXXXX`.
+    """fastjson's BrowserCompatible escaping of orjson output: `/` -> `\\/`, chars >= 0x7F ->
+    `\\uXXXX`, and control escapes in fastjson's upper-case hex (`\\u001F`).
 
-    Safe on a whole JSON text: `/` and non-ASCII characters can only occur inside strings.
+    Safe on a whole JSON text: `/`, DEL and non-ASCII characters can only occur inside strings.
     """
     data = data.replace(b"/", b"\\/")
-    if data.isascii():
+    if b"\\u00" in data:
+        data = _CONTROL_ESCAPE.sub(_upper_hex, data)
+    if data.isascii() and b"\x7f" not in data:
         return data
-    return _NON_ASCII.sub(_escape_char, data.decode("utf-8")).encode("ascii")
+    return _BROWSER_UNSAFE.sub(_escape_char, data.decode("utf-8")).encode("ascii")
+
+
+def sorted_maps(value: Any) -> Any:
+    """`value` with every object's keys sorted as the standard flavour writes them (fastjson's
+    MapSortField; bean properties are alphabetical anyway): integer keys numerically, others as text."""
+    if isinstance(value, dict):
+        numbers = [as_int(key) for key in value]
+        if None in numbers:
+            order = sorted(value)
+        else:
+            order = [key for _, key in sorted(zip(numbers, value))]
+        return {key: sorted_maps(value[key]) for key in order}
+    if isinstance(value, list):
+        return [sorted_maps(item) for item in value]
+    return value
 
 
 def int_key_map(mapping: Mapping[int, Any], standard: bool) -> bytes:
@@ -78,16 +117,15 @@ def expect(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
     raise ProtocolError(f"{what} must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
 
 
-def get_int(obj: dict, key: str, default: int, what: str) -> int:
+def get_int(obj: dict, key: str, default: int, what: str, bits: int = 64) -> int:
+    """An int (bits=32) or long field; like fastjson, a decimal string is accepted too."""
     value = obj.get(key)
     if value is None:
         return default
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    return expect(value, int, f"{what}.{key}")
+    number = as_int(value, bits)
+    if number is None:
+        raise ProtocolError(f"{what}.{key} must be a {bits}-bit integer, got {value!r:.60}")
+    return number
 
 
 def get_str(obj: dict, key: str, what: str) -> str | None:
@@ -112,3 +150,8 @@ def get_dict(obj: dict, key: str, what: str) -> dict:
 def get_list(obj: dict, key: str, what: str) -> list:
     value = obj.get(key)
     return [] if value is None else expect(value, list, f"{what}.{key}")
+
+
+def string_list(value: Any, what: str) -> list[str]:
+    """A JSON array of strings (broker names, server addresses), else a ProtocolError naming `what`."""
+    return [expect(item, str, f"{what}[]") for item in expect(value, list, what)]

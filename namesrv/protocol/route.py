@@ -8,7 +8,18 @@ from typing import Any
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import PERM_READ, PERM_WRITE
 from namesrv.protocol.errors import ProtocolError
-from namesrv.protocol.jsonbody import dumps, expect, get_bool, get_dict, get_int, get_list, get_str, int_key_map
+from namesrv.protocol.jsonbody import (
+    as_int,
+    dumps,
+    expect,
+    get_bool,
+    get_dict,
+    get_int,
+    get_list,
+    get_str,
+    int_key_map,
+    string_list,
+)
 
 MASTER_ID = 0
 
@@ -34,9 +45,9 @@ class QueueData:
         name = get_str(obj, "brokerName", what)
         if not name:
             raise ProtocolError("QueueData has no brokerName")
-        sys_flag = get_int(obj, "topicSysFlag", get_int(obj, "topicSynFlag", 0, what), what)  # pre-4.9 spelling
-        return cls(name, get_int(obj, "readQueueNums", 16, what), get_int(obj, "writeQueueNums", 16, what),
-                   get_int(obj, "perm", PERM_READ | PERM_WRITE, what), sys_flag)
+        sys_flag = get_int(obj, "topicSysFlag", get_int(obj, "topicSynFlag", 0, what, 32), what, 32)  # pre-4.9 spelling
+        return cls(name, get_int(obj, "readQueueNums", 16, what, 32), get_int(obj, "writeQueueNums", 16, what, 32),
+                   get_int(obj, "perm", PERM_READ | PERM_WRITE, what, 32), sys_flag)
 
 
 @dataclass(slots=True)
@@ -68,10 +79,10 @@ class BrokerData:
         expect(obj, dict, what)
         addrs: dict[int, str] = {}
         for key, addr in get_dict(obj, "brokerAddrs", what).items():
-            try:
-                addrs[int(key)] = expect(addr, str, f"{what}.brokerAddrs[{key}]")
-            except ValueError:
-                raise ProtocolError(f"{what}.brokerAddrs key {key!r} is not a broker id") from None
+            broker_id = as_int(key)
+            if broker_id is None:
+                raise ProtocolError(f"{what}.brokerAddrs key {key!r} is not a broker id")
+            addrs[broker_id] = expect(addr, str, f"{what}.brokerAddrs[{key}]")
         return cls(get_str(obj, "cluster", what) or "", get_str(obj, "brokerName", what) or "", addrs,
                    get_bool(obj, "enableActingMaster", what), get_str(obj, "zoneName", what))
 
@@ -98,7 +109,8 @@ class TopicRouteData:
             parts += (b',"orderTopicConf":', dumps(self.order_topic_conf))
         parts += (b',"queueDatas":', dumps([q.to_dict() for q in self.queue_datas]))
         if self.topic_queue_mapping_by_broker is not None:
-            parts += (b',"topicQueueMappingByBroker":', dumps(self.topic_queue_mapping_by_broker))
+            mapping = self.topic_queue_mapping_by_broker
+            parts += (b',"topicQueueMappingByBroker":', dumps(jsonbody.sorted_maps(mapping) if standard else mapping))
         parts.append(b"}")
         text = b"".join(parts)
         return jsonbody.browser_compatible(text) if standard else text
@@ -107,7 +119,7 @@ class TopicRouteData:
     def decode(cls, data: bytes) -> TopicRouteData:
         what = "TopicRouteData"
         obj = expect(jsonbody.loads(data, what), dict, what)
-        filters = {addr: list(expect(servers, list, f"{what}.filterServerTable[{addr}]"))
+        filters = {addr: string_list(servers, f"{what}.filterServerTable[{addr}]")
                    for addr, servers in get_dict(obj, "filterServerTable", what).items() if servers is not None}
         mapping = obj.get("topicQueueMappingByBroker")
         return cls([QueueData.from_dict(q) for q in get_list(obj, "queueDatas", what)],
@@ -133,7 +145,7 @@ class ClusterInfo:
         what = "ClusterInfo"
         obj = expect(jsonbody.loads(data, what), dict, what)
         brokers = {name: BrokerData.from_dict(b) for name, b in get_dict(obj, "brokerAddrTable", what).items()}
-        clusters = {name: list(expect(names, list, f"{what}.clusterAddrTable[{name}]"))
+        clusters = {name: string_list(names, f"{what}.clusterAddrTable[{name}]")
                     for name, names in get_dict(obj, "clusterAddrTable", what).items()}
         return cls(brokers, clusters)
 
@@ -155,7 +167,7 @@ class TopicList:
     @classmethod
     def decode(cls, data: bytes) -> TopicList:
         obj = expect(jsonbody.loads(data, "TopicList"), dict, "TopicList")
-        return cls([expect(t, str, "TopicList.topicList[]") for t in get_list(obj, "topicList", "TopicList")],
+        return cls(string_list(get_list(obj, "topicList", "TopicList"), "TopicList.topicList"),
                    get_str(obj, "brokerAddr", "TopicList"))
 
 

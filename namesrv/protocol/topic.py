@@ -9,9 +9,11 @@ from typing import Any
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import PERM_READ, PERM_WRITE, Version
 from namesrv.protocol.errors import ProtocolError
-from namesrv.protocol.jsonbody import dumps, expect, get_bool, get_dict, get_int, get_list, get_str
+from namesrv.protocol.jsonbody import as_int, dumps, expect, get_bool, get_dict, get_int, get_list, get_str, string_list
 
 _INT32 = struct.Struct(">i")
+#: TopicFilterType's names.
+FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 #: A compressed body may inflate to at most this much (a zlib bomb must not exhaust memory).
 MAX_INFLATED_BODY = 256 * 1024 * 1024
 
@@ -80,9 +82,12 @@ class TopicConfig:
         attributes = obj.get("attributes")
         if attributes is not None:
             expect(attributes, dict, f"{what}.attributes")
-        return cls(topic, get_int(obj, "readQueueNums", 16, what), get_int(obj, "writeQueueNums", 16, what),
-                   get_int(obj, "perm", PERM_READ | PERM_WRITE, what), get_str(obj, "topicFilterType", what) or "SINGLE_TAG",
-                   get_int(obj, "topicSysFlag", 0, what), get_bool(obj, "order", what), attributes)
+        filter_type = get_str(obj, "topicFilterType", what)
+        if filter_type not in FILTER_TYPES:
+            filter_type = "SINGLE_TAG"  # fastjson reads an unknown enum name as null; the default is as harmless
+        return cls(topic, get_int(obj, "readQueueNums", 16, what, 32), get_int(obj, "writeQueueNums", 16, what, 32),
+                   get_int(obj, "perm", PERM_READ | PERM_WRITE, what, 32), filter_type,
+                   get_int(obj, "topicSysFlag", 0, what, 32), get_bool(obj, "order", what), attributes)
 
     def to_text(self) -> str:
         """The space-separated form of compressed bodies (loses topicSysFlag and order, as Java's)."""
@@ -98,10 +103,11 @@ class TopicConfig:
             tokens.pop()  # Java's split drops trailing empty strings
         if len(tokens) < 5:
             raise ProtocolError(f"compressed TopicConfig {text[:80]!r} has {len(tokens)} fields, needs 5")
-        try:
-            read, write, perm = int(tokens[1]), int(tokens[2]), int(tokens[3])
-        except ValueError:
-            raise ProtocolError(f"compressed TopicConfig {text[:80]!r} has a non-integer queue count or perm") from None
+        read, write, perm = (as_int(token, 32) for token in tokens[1:4])  # Integer.parseInt
+        if read is None or write is None or perm is None:
+            raise ProtocolError(f"compressed TopicConfig {text[:80]!r} has a non-integer queue count or perm")
+        if tokens[4] not in FILTER_TYPES:  # TopicFilterType.valueOf throws
+            raise ProtocolError(f"compressed TopicConfig {text[:80]!r} has an unknown topicFilterType")
         attributes: dict[str, str] | None = None
         if len(tokens) >= 6:
             try:
@@ -140,9 +146,11 @@ class TopicConfigSerializeWrapper:
         data_version = DataVersion.from_dict(obj["dataVersion"], f"{what}.dataVersion") if obj.get("dataVersion") \
             is not None else DataVersion()
         mapping = obj.get("mappingDataVersion")
+        infos = {topic: expect(info, dict, f"{what}.topicQueueMappingInfoMap[{topic}]")
+                 for topic, info in get_dict(obj, "topicQueueMappingInfoMap", what).items() if info is not None}
         return cls(table, data_version,
                    None if mapping is None else DataVersion.from_dict(mapping, f"{what}.mappingDataVersion"),
-                   get_dict(obj, "topicQueueMappingInfoMap", what), get_dict(obj, "topicQueueMappingDetailMap", what))
+                   infos, get_dict(obj, "topicQueueMappingDetailMap", what))
 
     def encode(self) -> bytes:
         return dumps(self.to_dict())
@@ -191,11 +199,10 @@ class RegisterBrokerBody:
             return cls(TopicConfigSerializeWrapper.from_dict(jsonbody.loads(data, "TopicConfigSerializeWrapper")), None)
         if compressed:
             return cls._decode_compressed(data, version)
-        obj = expect(jsonbody.loads(data, "RegisterBrokerBody"), dict, "RegisterBrokerBody")
-        wrapper = TopicConfigSerializeWrapper.from_dict(obj.get("topicConfigSerializeWrapper") or {})
-        servers = [expect(s, str, "RegisterBrokerBody.filterServerList[]")
-                   for s in get_list(obj, "filterServerList", "RegisterBrokerBody")]
-        return cls(wrapper, servers)
+        what = "RegisterBrokerBody"
+        obj = expect(jsonbody.loads(data, what), dict, what)
+        wrapper = TopicConfigSerializeWrapper.from_dict(get_dict(obj, "topicConfigSerializeWrapper", what))
+        return cls(wrapper, string_list(get_list(obj, "filterServerList", what), f"{what}.filterServerList"))
 
     @classmethod
     def _decode_compressed(cls, data: bytes, version: int) -> RegisterBrokerBody:
@@ -236,12 +243,12 @@ class RegisterBrokerBody:
             except UnicodeDecodeError:
                 raise ProtocolError("compressed RegisterBrokerBody: TopicConfig is not UTF-8") from None
             table[config.topic_name] = config
-        servers = expect(jsonbody.loads(take_blob("filterServerList"), "filterServerList"), list, "filterServerList")
+        servers = string_list(jsonbody.loads(take_blob("filterServerList"), "filterServerList"), "filterServerList")
         mappings: dict[str, Any] = {}
         if version >= Version.V5_0_0 and pos < len(raw):
             for _ in range(max(0, take_int("mapping count"))):
                 info = expect(jsonbody.loads(take_blob("TopicQueueMappingInfo"), "TopicQueueMappingInfo"), dict,
                               "TopicQueueMappingInfo")
-                mappings[str(info.get("topic"))] = info
+                mappings[expect(info.get("topic"), str, "TopicQueueMappingInfo.topic")] = info
         wrapper = TopicConfigSerializeWrapper(table, data_version, topic_queue_mapping_info_map=mappings)
-        return cls(wrapper, [expect(s, str, "filterServerList[]") for s in servers])
+        return cls(wrapper, servers)
