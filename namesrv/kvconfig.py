@@ -1,0 +1,142 @@
+"""KV configuration (RocketMQ's KVConfigManager): namespaces of key -> value, persisted atomically.
+
+The one piece of NameServer state that survives a restart. RocketMQ 5.x overwrites the file in
+place, so a crash mid-write leaves a torn or empty file; here every write goes to a temp file that
+is fsynced and renamed over the old one (then the directory is fsynced), so the file on disk is
+always a complete old or new version. File format: reference 3.14.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from namesrv.protocol import jsonbody
+from namesrv.protocol.errors import ProtocolError
+
+log = logging.getLogger(__name__)
+
+#: Namespace whose entries (topic -> "brokerName:queueNums;...") mark order topics.
+ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+
+
+def write_atomically(path: str | Path, data: bytes) -> None:
+    """Replace `path` by `data`: after a crash at any point the file is the old or the new content."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+class KVConfigManager:
+    """namespace -> key -> value (a value may be None: PUT without a value, as RocketMQ stores it)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._path = Path(path)
+        self._table: dict[str, dict[str, str | None]] = {}
+        self._lock = threading.Lock()  # guards _table; never held during file I/O
+        self._persist_lock = threading.Lock()  # one writer at a time, so the newest snapshot is written last
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def load(self) -> None:
+        """Read the file (missing = empty). A file that does not parse is moved aside, never overwritten."""
+        try:
+            data = self._path.read_bytes()
+        except FileNotFoundError:
+            log.info("no KV config file at %s, starting empty", self._path)
+            return
+        try:
+            table = _parse(data)
+        except ProtocolError as exc:
+            aside = self._path.with_name(f"{self._path.name}.corrupt-{time.time_ns()}")
+            os.replace(self._path, aside)
+            log.error("KV config file %s is unreadable (%s); moved to %s, starting empty", self._path, exc, aside)
+            return
+        with self._lock:
+            self._table = table
+        log.info("loaded KV config from %s: %d namespaces", self._path, len(table))
+
+    def put(self, namespace: str, key: str, value: str | None) -> None:
+        def apply() -> None:
+            self._table.setdefault(namespace, {})[key] = value
+
+        self._write(apply)
+        log.info("KV put, namespace %s key %s value %s", namespace, key, value)
+
+    def delete(self, namespace: str | None, key: str | None) -> None:
+        """Remove the key if present; the file is rewritten either way (as RocketMQ does)."""
+        def apply() -> None:
+            self._table.get(namespace, {}).pop(key, None)
+
+        self._write(apply)
+        log.info("KV delete, namespace %s key %s", namespace, key)
+
+    def get(self, namespace: str | None, key: str | None) -> str | None:
+        with self._lock:
+            return self._table.get(namespace, {}).get(key)
+
+    def get_namespace(self, namespace: str | None) -> dict[str, str] | None:
+        """A copy of the namespace's entries with a value, or None if the namespace does not exist."""
+        with self._lock:
+            entries = self._table.get(namespace)
+            return None if entries is None else {k: v for k, v in entries.items() if v is not None}
+
+    def log_table(self) -> None:
+        """Log every entry (the controller calls this every 10 minutes, as RocketMQ does)."""
+        with self._lock:
+            rows = [(ns, k, v) for ns, entries in self._table.items() for k, v in entries.items()]
+            size = len(self._table)
+        log.info("configTable SIZE: %d", size)
+        for namespace, key, value in rows:
+            log.info("configTable NS: %s Key: %s Value: %s", namespace, key, value)
+
+    def _write(self, apply: Callable[[], None]) -> None:
+        with self._persist_lock:
+            with self._lock:
+                apply()
+                data = jsonbody.dumps({"configTable": {ns: {k: v for k, v in entries.items() if v is not None}
+                                                       for ns, entries in self._table.items()}})
+            write_atomically(self._path, data)
+
+
+def _parse(data: bytes) -> dict[str, dict[str, str | None]]:
+    """The file's `{"configTable":{ns:{key:value}}}`; scalar values are read as their text."""
+    what = "KV config file"
+    root = jsonbody.expect(jsonbody.loads(data, what), dict, what)
+    table: dict[str, dict[str, str | None]] = {}
+    for namespace, entries in jsonbody.get_dict(root, "configTable", what).items():
+        jsonbody.expect(entries, dict, f"{what} namespace {namespace}")
+        table[namespace] = {key: _text(value, f"{what} {namespace}/{key}") for key, value in entries.items()
+                            if value is not None}
+    return table
+
+
+def _text(value: object, what: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise ProtocolError(f"{what} must be a string, got {type(value).__name__}")

@@ -1,0 +1,21 @@
+"""The request layer: one handler per NameServer request code (reference section 2).
+
+All 23 request codes of RocketMQ 5.x's NameServer are handled (`SUPPORTED_CODES`). Where this
+layer deliberately differs from RocketMQ:
+
+* UNREGISTER_BROKER, expiry and channel close unregister synchronously (4.9.8 style) and re-check
+  freshness under the write lock; 5.x queues them and can wipe a fresh re-registration (#11043).
+* An unknown code gets REQUEST_CODE_NOT_SUPPORTED (as 5.x; 4.9.8 never answers).
+* A header field a handler cannot do without (the topic of a route/topic request, the broker
+  identity of REGISTER/UNREGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT) or a number that
+  does not parse is SYSTEM_ERROR naming the field; RocketMQ logs it and runs on with null.
+* UPDATE_NAMESRV_CONFIG changes only `NamesrvConfig.remote_updatable()` keys, all-or-nothing,
+  and persists the config atomically; RocketMQ accepts any key outside its black list.
+* The single-topic registration guard (5.x) refuses without side effects (5.x first adds the
+  broker name to its cluster and may create an empty broker group).
+* Not implemented: clusterTest mode, the zone route filter (ZoneRouteRPCHook; the zone name is
+  still recorded and returned), NOTIFY_MIN_BROKER_ID_CHANGE, GO_AWAY (the server's concern).
+"""
+from namesrv.processor.core import RESPONSE_HEADER_CODES, ROUTE_QUERY_CODES, SUPPORTED_CODES, RequestProcessor
+
+__all__ = ["RESPONSE_HEADER_CODES", "ROUTE_QUERY_CODES", "SUPPORTED_CODES", "RequestProcessor"]

@@ -1,0 +1,93 @@
+"""What brokers send: REGISTER_BROKER, UNREGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT."""
+from __future__ import annotations
+
+import hashlib
+import logging
+
+from namesrv.channel import Channel
+from namesrv.fastpath import body_crc32
+from namesrv.kvconfig import ORDER_TOPIC_CONFIG
+from namesrv.processor.context import HandlerContext
+from namesrv.processor.header import RequestHeader
+from namesrv.protocol.codes import ResponseCode, Version
+from namesrv.protocol.command import RemotingCommand, wire_string
+from namesrv.protocol.route import KVTable
+from namesrv.protocol.topic import DataVersion, RegisterBrokerBody
+
+log = logging.getLogger(__name__)
+
+#: Raw extFields key a 5.x broker in a zone adds to every request (DynamicalExtFieldRPCHook).
+ZONE_NAME = "__ZONE_NAME"
+
+
+def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    """Reference 2.3: checksum, decode (before any lock is taken), register, answer master + order topics.
+
+    Most registrations are the 30-second repeat of an unchanged topic table: those are
+    recognised by a fingerprint of the raw body and never decoded (a 10,000-topic body costs
+    tens of milliseconds to decode, its SHA-1 about one).
+    """
+    header = RequestHeader(request)
+    identity = {"cluster_name": header.required_text("clusterName"),
+                "broker_addr": header.required_text("brokerAddr"),
+                "broker_name": header.required_text("brokerName"),
+                "broker_id": header.required_integer("brokerId"),
+                "ha_server_addr": header.text("haServerAddr"),
+                "heartbeat_timeout_millis": header.integer("heartbeatTimeoutMillis"),
+                "enable_acting_master": header.boolean("enableActingMaster"),
+                "zone_name": header.text(ZONE_NAME),
+                "channel": channel}
+    crc = header.integer("bodyCrc32", bits=32) or 0
+    if crc != 0 and body_crc32(request.body) != crc:
+        log.warning("REGISTER_BROKER of %s from %s: body crc32 does not match %d", identity["broker_addr"], channel,
+                    crc)
+        return request.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+    compressed = bool(header.boolean("compressed"))
+    # Everything the decoded body depends on: its bytes, the codec flag, the version thresholds.
+    fingerprint = (hashlib.sha1(request.body or b"", usedforsecurity=False).digest(), compressed,
+                   request.version >= Version.V3_0_11, request.version >= Version.V5_0_0)
+    result = ctx.routes.refresh_registration(body_fingerprint=fingerprint, **identity)
+    if result is None:
+        body = RegisterBrokerBody.decode(request.body, compressed, request.version)
+        filter_servers = body.filter_server_list
+        if request.body is None and request.version >= Version.V3_0_11:
+            filter_servers = []  # RocketMQ's empty RegisterBrokerBody has an empty (not null) filter-server list
+        result = ctx.routes.register_broker(wrapper=body.wrapper, filter_server_list=filter_servers,
+                                            body_fingerprint=fingerprint, **identity)
+    if result is None:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, "register broker failed")
+    ext = {}
+    if result.ha_server_addr is not None:
+        ext["haServerAddr"] = result.ha_server_addr
+    if result.master_addr is not None:
+        ext["masterAddr"] = result.master_addr
+    response_body = None
+    if ctx.config.return_order_topic_config_to_broker:
+        order_topics = ctx.kv.get_namespace(ORDER_TOPIC_CONFIG)
+        if order_topics is not None:
+            response_body = KVTable(order_topics).encode()
+    return request.make_response(ResponseCode.SUCCESS, ext_fields=ext, body=response_body)
+
+
+def unregister_broker(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    """Applied synchronously: the answer means the broker is gone (RocketMQ 5.x only queues it)."""
+    header = RequestHeader(request)
+    ctx.routes.unregister_broker(header.required_text("clusterName"), header.required_text("brokerAddr"),
+                                 header.required_text("brokerName"), header.integer("brokerId"))
+    return request.make_response(ResponseCode.SUCCESS)
+
+
+def query_data_version(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    """Has the broker's topic table changed since it registered? Also a liveness heartbeat."""
+    header = RequestHeader(request)
+    cluster_name, broker_addr = header.required_text("clusterName"), header.required_text("brokerAddr")
+    data_version = DataVersion.decode(request.body) if request.body else None
+    changed, stored = ctx.routes.query_data_version(cluster_name, broker_addr, data_version)
+    return request.make_response(ResponseCode.SUCCESS, ext_fields={"changed": wire_string(changed)},
+                                 body=None if stored is None else stored.encode())
+
+
+def broker_heartbeat(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    header = RequestHeader(request)
+    ctx.routes.update_broker_timestamp(header.required_text("clusterName"), header.required_text("brokerAddr"))
+    return request.make_response(ResponseCode.SUCCESS)

@@ -1,0 +1,56 @@
+"""GET_NAMESRV_CONFIG and UPDATE_NAMESRV_CONFIG.
+
+UPDATE_NAMESRV_CONFIG is an unauthenticated remote write: RocketMQ's CVE-2023-33246 and
+CVE-2023-37582 both came from it (command execution via rocketmqHome-style keys, arbitrary file
+write via configStorePath). Here it can only ever change the keys of an explicit allowlist
+(`NamesrvConfig.remote_updatable()`: feature switches, never a path, port or pool); anything else
+is refused before anything is applied or written.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+
+from namesrv.channel import Channel
+from namesrv.config import ConfigError, NamesrvConfig, parse_properties
+from namesrv.kvconfig import write_atomically
+from namesrv.processor.context import HandlerContext
+from namesrv.protocol.codes import ResponseCode
+from namesrv.protocol.command import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+
+def get_namesrv_config(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    return request.make_response(ResponseCode.SUCCESS, body=ctx.config.to_text().encode("utf-8"))
+
+
+def update_namesrv_config(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    """Validate every key, write the new config file atomically, then apply it: all or nothing."""
+    if request.body is None:
+        return request.make_response(ResponseCode.SUCCESS)
+    try:
+        properties = parse_properties(request.body.decode("utf-8"))
+    except UnicodeDecodeError:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, "string2Properties error")
+    black_listed = ctx.config.black_list()
+    if any(key in black_listed for key in properties):
+        log.warning("UPDATE_NAMESRV_CONFIG from %s refused, black-listed key in %s", channel, sorted(properties))
+        return request.make_response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+    denied = sorted(set(properties) - NamesrvConfig.remote_updatable())
+    if denied:
+        log.warning("UPDATE_NAMESRV_CONFIG from %s refused, not updatable: %s", channel, denied)
+        return request.make_response(ResponseCode.NO_PERMISSION,
+                                     f"Can not update config {', '.join(denied)}: not updatable at runtime")
+    if not properties:
+        return request.make_response(ResponseCode.SUCCESS)
+    with ctx.config_lock:
+        updated = copy.copy(ctx.config)
+        try:
+            updated.apply(properties)
+        except ConfigError as exc:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+        write_atomically(updated.config_store_path, updated.to_text().encode("utf-8"))
+        ctx.config.apply(properties)
+    log.warning("namesrv config updated by %s: %s (written to %s)", channel, properties, updated.config_store_path)
+    return request.make_response(ResponseCode.SUCCESS)

@@ -1,0 +1,100 @@
+"""What clients and admin tools ask about routes and topics (reference 2.3, 4.7-4.9)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from namesrv.channel import Channel
+from namesrv.kvconfig import ORDER_TOPIC_CONFIG
+from namesrv.processor.context import HandlerContext
+from namesrv.processor.header import RequestHeader
+from namesrv.protocol.codes import ResponseCode, Version
+from namesrv.protocol.command import RemotingCommand
+from namesrv.protocol.route import TopicList, TopicRouteData
+from namesrv.routeinfo import RouteInfoManager
+
+#: RocketMQ 5.x FAQUrl.DEFAULT_FAQ_URL, quoted in TOPIC_NOT_EXIST remarks.
+FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
+
+
+def get_routeinfo_by_topic(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    """The route in the flavour the client parses: standard JSON from 4.9.4 on (or when asked), else legacy."""
+    config = ctx.config
+    if config.need_wait_for_service and ctx.clock() - ctx.started_ms < config.wait_seconds_for_service * 1000:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, "name server not ready")
+    header = RequestHeader(request)
+    topic = header.required_text("topic")
+    standard = request.version >= Version.V4_9_4 or header.boolean("acceptStandardJsonOnly") is True
+    order_topic_conf = ctx.kv.get(ORDER_TOPIC_CONFIG, topic) if config.order_message_enable else None
+    body = ctx.routes.topic_route_body(topic, standard, order_topic_conf)
+    if body is None:
+        return request.make_response(
+            ResponseCode.TOPIC_NOT_EXIST,
+            f"No topic route info in name server for the topic: {topic}\nSee {FAQ_URL} for further details.")
+    return request.make_response(ResponseCode.SUCCESS, body=body)
+
+
+def get_broker_cluster_info(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    return request.make_response(ResponseCode.SUCCESS, body=ctx.routes.cluster_info().encode())
+
+
+def get_broker_member_group(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    header = RequestHeader(request)
+    group = ctx.routes.broker_member_group(header.text("clusterName"), header.text("brokerName"))
+    return request.make_response(ResponseCode.SUCCESS, body=group.encode())
+
+
+def wipe_write_perm_of_broker(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    count = ctx.routes.wipe_write_perm_of_broker(RequestHeader(request).text("brokerName"))
+    return request.make_response(ResponseCode.SUCCESS, ext_fields={"wipeTopicCount": str(count)})
+
+
+def add_write_perm_of_broker(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    count = ctx.routes.add_write_perm_of_broker(RequestHeader(request).text("brokerName"))
+    return request.make_response(ResponseCode.SUCCESS, ext_fields={"addTopicCount": str(count)})
+
+
+def delete_topic_in_namesrv(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    header = RequestHeader(request)
+    ctx.routes.delete_topic(header.required_text("topic"), header.text("clusterName"))
+    return request.make_response(ResponseCode.SUCCESS)
+
+
+def register_topic_in_namesrv(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    """Only the body's queueDatas are used; brokers that are not registered stop the call (as RocketMQ)."""
+    topic = RequestHeader(request).required_text("topic")
+    if request.body:
+        route = TopicRouteData.decode(request.body)
+        if route.queue_datas:
+            ctx.routes.register_topic(topic, route.queue_datas)
+    return request.make_response(ResponseCode.SUCCESS)
+
+
+def get_all_topic_list(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    if not ctx.config.enable_all_topic_list:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, "disable")
+    return request.make_response(ResponseCode.SUCCESS, body=ctx.routes.all_topics().encode())
+
+
+def get_topics_by_cluster(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    if not ctx.config.enable_topic_list:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, "disable")
+    topics = ctx.routes.topics_by_cluster(RequestHeader(request).text("cluster"))
+    return request.make_response(ResponseCode.SUCCESS, body=topics.encode())
+
+
+def get_system_topic_list(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    return request.make_response(ResponseCode.SUCCESS, body=ctx.routes.system_topics().encode())
+
+
+def _gated_topic_list(query: Callable[[RouteInfoManager], TopicList]):
+    """A unit-topic list handler, refused with "disable" unless enableTopicList."""
+    def handler(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        if not ctx.config.enable_topic_list:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "disable")
+        return request.make_response(ResponseCode.SUCCESS, body=query(ctx.routes).encode())
+    return handler
+
+
+get_unit_topic_list = _gated_topic_list(RouteInfoManager.unit_topics)
+get_has_unit_sub_topic_list = _gated_topic_list(RouteInfoManager.has_unit_sub_topics)
+get_has_unit_sub_ununit_topic_list = _gated_topic_list(RouteInfoManager.has_unit_sub_ununit_topics)

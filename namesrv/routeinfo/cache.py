@@ -1,0 +1,92 @@
+"""Encoded GET_ROUTEINFO_BY_TOPIC bodies, per topic, so an unchanged route is never re-encoded.
+
+Clients poll every route every 30 s, and routes change far less often: caching the encoded bytes
+turns most queries into a dict lookup. The route table invalidates exactly the topics a change
+touches; this class only stores, evicts and forgets.
+
+Memory is bounded twice: there is one entry per topic that was actually queried (never per
+broker x topic), and a byte budget evicts the least recently used topics beyond it.
+
+A body also depends on inputs outside the route tables (the order-topic configuration from the
+KV store, the acting-master switch): callers pass them as a `stamp`, and a stored body is only
+returned for the same stamp, so changing those inputs needs no invalidation at all.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Hashable
+
+#: Bytes charged per cached body on top of its length (dict slots, tuple, bytes header).
+ENTRY_OVERHEAD = 200
+#: Default byte budget of the cache (bodies + overhead).
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+
+class RouteBodyCache:
+    """topic -> {standard flavour?: (stamp, body)}, least recently used first.
+
+    Thread-safe on its own (readers of the route table fill it concurrently under the shared
+    read lock); invalidation is called by writers holding the route table's write lock.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self._max_bytes = max_bytes
+        self._entries: OrderedDict[str, dict[bool, tuple[Hashable, bytes]]] = OrderedDict()
+        self._bytes = 0
+        self._mutex = threading.Lock()
+
+    def get(self, topic: str, standard: bool, stamp: Hashable) -> bytes | None:
+        with self._mutex:
+            variants = self._entries.get(topic)
+            if variants is None:
+                return None
+            cached = variants.get(standard)
+            if cached is None or cached[0] != stamp:
+                return None
+            self._entries.move_to_end(topic)
+            return cached[1]
+
+    def put(self, topic: str, standard: bool, stamp: Hashable, body: bytes) -> None:
+        cost = len(body) + ENTRY_OVERHEAD
+        if cost > self._max_bytes:
+            return
+        with self._mutex:
+            variants = self._entries.get(topic)
+            if variants is None:
+                variants = self._entries[topic] = {}
+            else:
+                self._entries.move_to_end(topic)
+            previous = variants.get(standard)
+            if previous is not None:
+                self._bytes -= len(previous[1]) + ENTRY_OVERHEAD
+            variants[standard] = (stamp, body)
+            self._bytes += cost
+            while self._bytes > self._max_bytes:
+                self._drop(next(iter(self._entries)))
+
+    def invalidate(self, topics: Collection[str]) -> None:
+        """Forget the bodies of `topics`."""
+        with self._mutex:
+            for topic in topics:
+                if topic in self._entries:
+                    self._drop(topic)
+
+    def invalidate_where(self, affected: Callable[[str], bool]) -> None:
+        """Forget the bodies of every cached topic `affected` selects (a walk over cached topics only)."""
+        with self._mutex:
+            for topic in [t for t in self._entries if affected(t)]:
+                self._drop(topic)
+
+    def topics(self) -> set[str]:
+        with self._mutex:
+            return set(self._entries)
+
+    def size(self) -> tuple[int, int]:
+        """(topics cached, bytes charged)."""
+        with self._mutex:
+            return len(self._entries), self._bytes
+
+    def _drop(self, topic: str) -> None:
+        for _, body in self._entries.pop(topic).values():
+            self._bytes -= len(body) + ENTRY_OVERHEAD

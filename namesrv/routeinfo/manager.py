@@ -1,0 +1,607 @@
+"""The route table (RocketMQ's RouteInfoManager): sans-IO, thread-safe, RocketMQ 5.x semantics.
+
+Five tables as in RocketMQ (reference 4.1) plus the 5.x static-topic mapping table, guarded by one
+readers-writer lock. Callers decode request bodies *before* calling in, so the write lock is
+never held for a JSON parse; and a periodic re-registration identical to the broker's previous
+one is recognised by a fingerprint of its body (`refresh_registration`), so the body need not be
+decoded at all. Encoded route bodies are cached per topic (`RouteBodyCache`); every write
+invalidates exactly the topics whose answer it can change.
+
+Memory matters at RocketMQ issue #4245's scale (300 brokers x 10,000 topics = 3 million queue
+entries): queue data values are interned per broker group, and there is deliberately no
+broker -> topics index (it would cost about as much as the topic table itself). Broker-wide
+operations, all rare (a group leaving, a perm wipe), scan the topic table as RocketMQ does.
+
+Unregistration is synchronous (RocketMQ 4.9.8 style, no batch queue), and the expiry scan and
+channel-close path re-check their condition under the write lock, so a broker that re-registered
+in the meantime is never wiped (RocketMQ 5.x issue #11043).
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from namesrv.channel import Channel
+from namesrv.config import NamesrvConfig
+from namesrv.protocol.codes import PERM_READ, PERM_WRITE, FLAG_UNIT, FLAG_UNIT_SUB
+from namesrv.protocol.route import (
+    MASTER_ID,
+    BrokerData,
+    BrokerMemberGroup,
+    ClusterInfo,
+    QueueData,
+    RegisterBrokerResult,
+    TopicList,
+    TopicRouteData,
+)
+from namesrv.protocol.topic import DataVersion, TopicConfigSerializeWrapper
+from namesrv.routeinfo.cache import DEFAULT_MAX_BYTES, RouteBodyCache
+from namesrv.routeinfo.model import (
+    DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
+    BrokerLiveInfo,
+    LiveKey,
+    RemovedBroker,
+    RouteTables,
+    now_ms,
+)
+from namesrv.routeinfo.rwlock import ReadWriteLock
+
+log = logging.getLogger(__name__)
+
+#: Topics a broker group uses to sync its members; never rewritten for acting masters (4.7 step 5).
+SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
+
+
+def _timeout(heartbeat_timeout_millis: int | None) -> int:
+    """The header's heartbeat timeout, or RocketMQ's 120 s default."""
+    return DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if heartbeat_timeout_millis is None else heartbeat_timeout_millis
+
+
+class RouteInfoManager:
+    """Brokers, their topics and liveness; answers every route and topic-list query."""
+
+    def __init__(self, config: NamesrvConfig, clock: Callable[[], int] = now_ms,
+                 route_cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self._config = config
+        self._clock = clock
+        self._lock = ReadWriteLock()
+        # The RocketMQ tables.
+        self._topic_queues: dict[str, dict[str, QueueData]] = {}
+        self._brokers: dict[str, BrokerData] = {}
+        self._clusters: dict[str, set[str]] = {}
+        self._live: dict[LiveKey, BrokerLiveInfo] = {}
+        self._filters: dict[LiveKey, list[str]] = {}
+        self._mappings: dict[str, dict[str, Any]] = {}
+        # Indexes and caches derived from them.
+        self._channel_keys: dict[Channel, set[LiveKey]] = {}
+        self._queue_pool: dict[str, dict[QueueData, QueueData]] = {}
+        self._queue_removals: dict[str, int] = {}  # per group: queue entries ever removed (see refresh_registration)
+        self._route_cache = RouteBodyCache(route_cache_bytes)
+
+    # ------------------------------------------------------------------ registration
+
+    def register_broker(
+        self,
+        *,
+        cluster_name: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str | None,
+        wrapper: TopicConfigSerializeWrapper,
+        filter_server_list: list[str] | None,
+        channel: Channel | None,
+        zone_name: str | None = None,
+        heartbeat_timeout_millis: int | None = None,
+        enable_acting_master: bool | None = None,
+        body_fingerprint: Hashable | None = None,
+    ) -> RegisterBrokerResult | None:
+        """RocketMQ 5.x registerBroker (reference 4.2, steps 1-13).
+
+        Returns None when the single-topic guard refuses the registration (the caller answers
+        "register broker failed"); an empty result when a newer broker holds this id.
+        `body_fingerprint` identifies the undecoded body (anything hashable that changes whenever
+        the decoded wrapper and filter list could): given, the next identical registration can
+        take `refresh_registration`.
+        """
+        registration = (body_fingerprint, broker_name, broker_id, ha_server_addr, zone_name,
+                        heartbeat_timeout_millis, enable_acting_master)
+        with self._lock.write:
+            return self._register_locked(cluster_name, broker_addr, broker_name, broker_id, ha_server_addr, wrapper,
+                                         filter_server_list, channel, zone_name, heartbeat_timeout_millis,
+                                         enable_acting_master, None if body_fingerprint is None else registration)
+
+    def refresh_registration(
+        self,
+        *,
+        cluster_name: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str | None,
+        body_fingerprint: Hashable,
+        channel: Channel | None,
+        zone_name: str | None = None,
+        heartbeat_timeout_millis: int | None = None,
+        enable_acting_master: bool | None = None,
+    ) -> RegisterBrokerResult | None:
+        """The periodic re-registration of an unchanged broker, without decoding its body.
+
+        Applies only when `register_broker` would change nothing but liveness and the channel:
+        the same header and body fingerprint as this broker's last registration, its group still
+        as that registration left it, and (for a member that applies topics) none of the group's
+        queue entries removed since, so no topic is missing that the body would restore. Returns
+        that registration's result, or None: then decode the body and call `register_broker`.
+        """
+        registration = (body_fingerprint, broker_name, broker_id, ha_server_addr, zone_name,
+                        heartbeat_timeout_millis, enable_acting_master)
+        key = (cluster_name, broker_addr)
+        with self._lock.write:
+            live = self._live.get(key)
+            group = self._brokers.get(broker_name)
+            if (live is None or live.registration != registration or group is None
+                    or group.broker_addrs.get(broker_id) != broker_addr
+                    or broker_name not in self._clusters.get(cluster_name, ())
+                    or group.enable_acting_master != bool(enable_acting_master) or group.zone_name != zone_name
+                    or self._config.delete_topic_with_broker_registration):
+                return None
+            applies_topics = broker_id == MASTER_ID or (
+                enable_acting_master is not None and broker_id == min(group.broker_addrs))
+            if applies_topics and not (live.topics_applied
+                                       and live.queue_removals_seen == self._queue_removals.get(broker_name, 0)):
+                return None
+            live.last_update_timestamp = self._clock()
+            if live.channel != channel:
+                self._set_live(key, replace(live, channel=channel))
+            return self._master_of_locked(group, cluster_name, broker_id)
+
+    def _register_locked(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
+                         ha_server_addr: str | None, wrapper: TopicConfigSerializeWrapper,
+                         filter_server_list: list[str] | None, channel: Channel | None, zone_name: str | None,
+                         heartbeat_timeout_millis: int | None, enable_acting_master: bool | None,
+                         registration: tuple | None) -> RegisterBrokerResult | None:
+        group = self._brokers.get(broker_name)
+        # Step 7, checked first: an incremental single-topic registration must follow a full one
+        # (issue #4522). Checking before any change means a refusal leaves no trace behind.
+        if (group is None or broker_id not in group.broker_addrs) and len(wrapper.topic_config_table) == 1:
+            log.warning("refused single-topic registration of %s[%d] %s before its full registration: %s",
+                        broker_name, broker_id, broker_addr, list(wrapper.topic_config_table))
+            return None
+        self._clusters.setdefault(cluster_name, set()).add(broker_name)  # step 1
+        register_first = group is None  # step 2
+        if group is None:
+            group = self._brokers[broker_name] = BrokerData(cluster_name, broker_name, {})
+        group_changed = False
+        old_version_broker = enable_acting_master is None  # step 3
+        acting = bool(enable_acting_master)
+        if group.enable_acting_master != acting or group.zone_name != zone_name:
+            group.enable_acting_master, group.zone_name = acting, zone_name
+            group_changed = True
+        # Step 5: one address lives under one id only (a slave promoted to master changes id).
+        for stale_id in [i for i, addr in group.broker_addrs.items() if addr == broker_addr and i != broker_id]:
+            del group.broker_addrs[stale_id]
+            group_changed = True
+        # Step 6: a different, live address with a newer stateVersion already holds this id.
+        old_addr = group.broker_addrs.get(broker_id)
+        if old_addr is not None and old_addr != broker_addr:
+            old_live = self._live.get((cluster_name, old_addr))
+            if old_live is not None and old_live.data_version.state_version > wrapper.data_version.state_version:
+                log.warning("refused registration of %s[%d] %s: %s holds the id with stateVersion %d > %d",
+                            broker_name, broker_id, broker_addr, old_addr, old_live.data_version.state_version,
+                            wrapper.data_version.state_version)
+                self._drop_live((cluster_name, broker_addr))
+                self._set_filters((cluster_name, broker_addr), [])
+                if group_changed:
+                    self._invalidate_broker(broker_name)
+                return RegisterBrokerResult()
+        group.broker_addrs[broker_id] = broker_addr  # step 8
+        if old_addr != broker_addr:
+            group_changed = True
+        register_first = register_first or not old_addr
+        if group_changed:
+            self._invalidate_broker(broker_name)
+
+        key = (cluster_name, broker_addr)
+        previous = self._live.get(key)
+        version_changed = previous is None or previous.data_version != wrapper.data_version
+        is_master = broker_id == MASTER_ID  # step 9
+        is_prime_slave = not old_version_broker and not is_master and broker_id == min(group.broker_addrs)
+        if is_master or is_prime_slave:  # step 10
+            self._apply_topic_configs(broker_name, wrapper, register_first, version_changed,
+                                      wipe_write=is_prime_slave and group.enable_acting_master)
+
+        self._set_live(key, BrokerLiveInfo(  # step 11
+            self._clock(), _timeout(heartbeat_timeout_millis), wrapper.data_version, channel, ha_server_addr,
+            registration, is_master or is_prime_slave, self._queue_removals.get(broker_name, 0)))
+        if previous is None:
+            log.info("new broker registered: %s[%d] %s of cluster %s, HA %s", broker_name, broker_id, broker_addr,
+                     cluster_name, ha_server_addr)
+        self._set_filters(key, filter_server_list)  # step 12
+        return self._master_of_locked(group, cluster_name, broker_id)  # step 13
+
+    def _master_of_locked(self, group: BrokerData, cluster_name: str, broker_id: int) -> RegisterBrokerResult:
+        """A slave learns its live master's address and HA address."""
+        result = RegisterBrokerResult()
+        if broker_id != MASTER_ID:
+            master_addr = group.broker_addrs.get(MASTER_ID)
+            master_live = None if master_addr is None else self._live.get((cluster_name, master_addr))
+            if master_live is not None:
+                result.master_addr = master_addr
+                result.ha_server_addr = master_live.ha_server_addr
+        return result
+
+    def _apply_topic_configs(self, broker_name: str, wrapper: TopicConfigSerializeWrapper, register_first: bool,
+                             version_changed: bool, wipe_write: bool) -> None:
+        """Step 10: queue data of a master's (or acting prime slave's) topic table."""
+        table = wrapper.topic_config_table
+        if self._config.delete_topic_with_broker_registration and not wrapper.topic_queue_mapping_info_map:
+            for topic in [t for t in self._topics_of(broker_name) if t not in table]:
+                self._remove_queue(topic, broker_name)
+        changed = 0
+        for config in table.values():
+            topic = config.topic_name
+            if register_first or version_changed or broker_name not in self._topic_queues.get(topic, ()):
+                perm = config.perm & ~PERM_WRITE if wipe_write else config.perm
+                changed += self._put_queue(topic, QueueData(broker_name, config.read_queue_nums,
+                                                            config.write_queue_nums, perm, config.topic_sys_flag))
+        if changed:
+            log.info("broker %s: %d of %d topics created or changed", broker_name, changed, len(table))
+        if register_first or version_changed:
+            for topic, info in wrapper.topic_queue_mapping_info_map.items():
+                bname = info.get("bname") if isinstance(info, dict) else None
+                if not isinstance(bname, str):
+                    log.warning("broker %s: static-topic mapping of %s has no bname, ignored", broker_name, topic)
+                    continue
+                self._mappings.setdefault(topic, {})[bname] = info
+                self._route_cache.invalidate((topic,))
+
+    def query_data_version(self, cluster_name: str, broker_addr: str,
+                           data_version: DataVersion | None) -> tuple[bool, DataVersion | None]:
+        """(changed, the NameServer's copy); refreshes the broker's liveness like a heartbeat.
+
+        Only a timestamp changes, so the read lock suffices (the expiry scan re-checks under the
+        write lock).
+        """
+        with self._lock.read:
+            live = self._live.get((cluster_name, broker_addr))
+            if live is None:
+                return True, None
+            live.last_update_timestamp = self._clock()
+            return live.data_version != data_version, live.data_version
+
+    def update_broker_timestamp(self, cluster_name: str, broker_addr: str) -> bool:
+        """BROKER_HEARTBEAT: refresh liveness of a registered broker; False if it is unknown."""
+        with self._lock.read:
+            live = self._live.get((cluster_name, broker_addr))
+            if live is None:
+                return False
+            live.last_update_timestamp = self._clock()
+            return True
+
+    # ------------------------------------------------------------------ unregistration
+
+    def unregister_broker(self, cluster_name: str, broker_addr: str, broker_name: str | None,
+                          broker_id: int | None = None) -> RemovedBroker:
+        """UNREGISTER_BROKER, applied at once (the broker itself asks, so no freshness check)."""
+        with self._lock.write:
+            live = self._live.get((cluster_name, broker_addr))
+            removed = self._unregister_locked("unregistered", cluster_name, broker_addr, broker_name, broker_id,
+                                              None if live is None else live.channel)
+        log.info("%s", removed)
+        return removed
+
+    def scan_not_active_brokers(self, now: int | None = None) -> list[RemovedBroker]:
+        """Remove brokers silent past their heartbeat timeout; returns them (their channels should be closed).
+
+        Candidates are found under the read lock; each is re-checked under the write lock so a
+        broker that heartbeated or re-registered in between stays.
+        """
+        now = self._clock() if now is None else now
+        with self._lock.read:
+            expired = [key for key, live in self._live.items() if live.expired(now)]
+        if not expired:
+            return []
+        removed = []
+        with self._lock.write:
+            for key in expired:
+                live = self._live.get(key)
+                if live is not None and live.expired(now):
+                    removed.append(self._unregister_live_locked("expired", key, live))
+        for broker in removed:
+            log.warning("%s", broker)
+        return removed
+
+    def on_channel_destroy(self, channel: Channel) -> list[RemovedBroker]:
+        """A connection closed: remove the brokers whose *current* registration came over it."""
+        with self._lock.read:
+            keys = list(self._channel_keys.get(channel, ()))
+        if not keys:
+            return []
+        removed = []
+        with self._lock.write:
+            for key in keys:
+                live = self._live.get(key)
+                if live is not None and live.channel == channel:
+                    removed.append(self._unregister_live_locked("channel closed", key, live))
+        for broker in removed:
+            log.info("%s", broker)
+        return removed
+
+    def _unregister_live_locked(self, reason: str, key: LiveKey, live: BrokerLiveInfo) -> RemovedBroker:
+        """Unregister the broker group member that owns a live entry (RocketMQ's setupUnRegisterRequest)."""
+        cluster_name, broker_addr = key
+        for group in self._brokers.values():
+            if group.cluster == cluster_name:
+                for broker_id, addr in group.broker_addrs.items():
+                    if addr == broker_addr:
+                        return self._unregister_locked(reason, cluster_name, broker_addr, group.broker_name,
+                                                       broker_id, live.channel)
+        return self._unregister_locked(reason, cluster_name, broker_addr, None, None, live.channel)
+
+    def _unregister_locked(self, reason: str, cluster_name: str, broker_addr: str, broker_name: str | None,
+                           broker_id: int | None, channel: Channel | None) -> RemovedBroker:
+        """RocketMQ 5.x unRegisterBroker for one request plus its topic sweep (reference 4.4)."""
+        key = (cluster_name, broker_addr)
+        self._drop_live(key)
+        self._set_filters(key, [])
+        group = None if broker_name is None else self._brokers.get(broker_name)
+        if group is not None:
+            for stale_id in [i for i, addr in group.broker_addrs.items() if addr == broker_addr]:
+                del group.broker_addrs[stale_id]
+                self._invalidate_broker(group.broker_name)
+            if not group.broker_addrs:
+                self._remove_broker_group(group.broker_name)
+            elif group.enable_acting_master and min(group.broker_addrs) > MASTER_ID:
+                # The master is gone: its queues stop taking writes until a master returns.
+                self._operate_write_perm(group.broker_name, lambda perm: perm & ~PERM_WRITE)
+        return RemovedBroker(reason, cluster_name, broker_addr, broker_name, broker_id, channel)
+
+    def _remove_broker_group(self, broker_name: str) -> None:
+        """The group's last address left: drop it from every table that names it."""
+        del self._brokers[broker_name]
+        for cluster_name in [c for c, names in self._clusters.items() if broker_name in names]:
+            names = self._clusters[cluster_name]
+            names.discard(broker_name)
+            if not names:
+                del self._clusters[cluster_name]
+                log.info("cluster %s removed: no broker left", cluster_name)
+        for topic in self._topics_of(broker_name):
+            self._remove_queue(topic, broker_name)
+        self._queue_pool.pop(broker_name, None)
+        for topic in [t for t, infos in self._mappings.items() if broker_name in infos]:
+            infos = self._mappings[topic]
+            del infos[broker_name]
+            if not infos:
+                del self._mappings[topic]
+            self._route_cache.invalidate((topic,))
+        log.info("broker group %s removed", broker_name)
+
+    # ------------------------------------------------------------------ admin operations
+
+    def wipe_write_perm_of_broker(self, broker_name: str | None) -> int:
+        """Clear the WRITE bit of every queue of the group; returns how many topics it serves."""
+        with self._lock.write:
+            return self._operate_write_perm(broker_name, lambda perm: perm & ~PERM_WRITE)
+
+    def add_write_perm_of_broker(self, broker_name: str | None) -> int:
+        """Set every queue of the group to READ|WRITE (other bits are lost, as in RocketMQ)."""
+        with self._lock.write:
+            return self._operate_write_perm(broker_name, lambda perm: PERM_READ | PERM_WRITE)
+
+    def _operate_write_perm(self, broker_name: str | None, new_perm: Callable[[int], int]) -> int:
+        topics = self._topics_of(broker_name) if broker_name is not None else []
+        for topic in topics:
+            queue = self._topic_queues[topic][broker_name]
+            self._put_queue(topic, QueueData(broker_name, queue.read_queue_nums, queue.write_queue_nums,
+                                             new_perm(queue.perm), queue.topic_sys_flag))
+        return len(topics)
+
+    def delete_topic(self, topic: str, cluster_name: str | None = None) -> None:
+        """Drop the topic, or only its queues on the brokers of `cluster_name`."""
+        with self._lock.write:
+            if cluster_name:
+                for broker_name in list(self._clusters.get(cluster_name, ())):
+                    self._remove_queue(topic, broker_name)
+            else:
+                for broker_name in list(self._topic_queues.get(topic, ())):
+                    self._remove_queue(topic, broker_name)
+
+    def register_topic(self, topic: str, queue_datas: Iterable[QueueData]) -> None:
+        """REGISTER_TOPIC_IN_NAMESRV: queue data of existing brokers only.
+
+        As RocketMQ: a new topic is created only if every named broker exists; for an existing
+        topic the entries are applied in order up to the first unknown broker.
+        """
+        queue_datas = list(queue_datas)
+        with self._lock.write:
+            if topic not in self._topic_queues and any(q.broker_name not in self._brokers for q in queue_datas):
+                return
+            for queue in queue_datas:
+                if queue.broker_name not in self._brokers:
+                    return
+                self._put_queue(topic, queue)
+
+    # ------------------------------------------------------------------ queries
+
+    def pickup_topic_route(self, topic: str) -> TopicRouteData | None:
+        """The topic's route (copies), or None when the topic or all its brokers are unknown."""
+        with self._lock.read:
+            return self._pickup_locked(topic, self._config.support_acting_master)
+
+    def topic_route_body(self, topic: str, standard: bool, order_topic_conf: str | None = None) -> bytes | None:
+        """GET_ROUTEINFO_BY_TOPIC's encoded body, from the cache when the route is unchanged.
+
+        A hit needs no route-table lock at all: a concurrent writer invalidates under the write
+        lock, and a body is only stored by a reader holding the read lock, so it is never stale.
+        """
+        acting = self._config.support_acting_master  # read once: the stamp must describe the body
+        stamp = (order_topic_conf, acting)
+        body = self._route_cache.get(topic, standard, stamp)
+        if body is not None:
+            return body
+        with self._lock.read:
+            route = self._pickup_locked(topic, acting)
+            if route is None:
+                return None
+            route.order_topic_conf = order_topic_conf
+            body = route.encode(standard)
+            self._route_cache.put(topic, standard, stamp, body)
+        return body
+
+    def _pickup_locked(self, topic: str, acting: bool) -> TopicRouteData | None:
+        queues = self._topic_queues.get(topic)
+        if not queues:
+            return None
+        groups = [self._brokers[name].copy() for name in queues if name in self._brokers]
+        if not groups:
+            return None
+        route = TopicRouteData(list(queues.values()), groups)
+        if self._filters:
+            for group in groups:
+                for addr in group.broker_addrs.values():
+                    servers = self._filters.get((group.cluster, addr))
+                    if servers is not None:
+                        route.filter_server_table[addr] = list(servers)
+        mapping = self._mappings.get(topic)
+        if mapping is not None:
+            route.topic_queue_mapping_by_broker = copy.deepcopy(mapping)
+        if acting and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
+            self._elect_acting_masters(route, queues)
+        return route
+
+    @staticmethod
+    def _elect_acting_masters(route: TopicRouteData, queues: dict[str, QueueData]) -> None:
+        """4.7 step 5: a masterless acting-master group whose queue is read-only shows its
+        lowest-id slave as id 0."""
+        for group in route.broker_datas:
+            addrs = group.broker_addrs
+            if not addrs or MASTER_ID in addrs or not group.enable_acting_master:
+                continue
+            queue = queues.get(group.broker_name)
+            if queue is not None and not queue.perm & PERM_WRITE:
+                addrs[MASTER_ID] = addrs.pop(min(addrs))
+
+    def cluster_info(self) -> ClusterInfo:
+        with self._lock.read:
+            return ClusterInfo({name: group.copy() for name, group in self._brokers.items()},
+                               {name: sorted(names) for name, names in self._clusters.items()})
+
+    def broker_member_group(self, cluster_name: str | None, broker_name: str | None) -> BrokerMemberGroup:
+        with self._lock.read:
+            group = self._brokers.get(broker_name) if broker_name is not None else None
+            return BrokerMemberGroup(cluster_name, broker_name, dict(group.broker_addrs) if group else {})
+
+    def all_topics(self) -> TopicList:
+        with self._lock.read:
+            return TopicList(list(self._topic_queues))
+
+    def topics_by_cluster(self, cluster_name: str | None) -> TopicList:
+        with self._lock.read:
+            names = self._clusters.get(cluster_name, set()) if cluster_name is not None else set()
+            return TopicList([topic for topic, queues in self._topic_queues.items() if not names.isdisjoint(queues)])
+
+    def system_topics(self) -> TopicList:
+        """Cluster and broker names (brokers auto-create topics so named) plus one broker address."""
+        with self._lock.read:
+            names: dict[str, None] = {}
+            for cluster_name, broker_names in self._clusters.items():
+                names[cluster_name] = None
+                names.update(dict.fromkeys(broker_names))
+            broker_addr = next((group.broker_addrs[min(group.broker_addrs)] for group in self._brokers.values()
+                                if group.broker_addrs), None)
+            return TopicList(list(names), broker_addr)
+
+    def unit_topics(self) -> TopicList:
+        return self._topics_by_flag(lambda flag: bool(flag & FLAG_UNIT))
+
+    def has_unit_sub_topics(self) -> TopicList:
+        return self._topics_by_flag(lambda flag: bool(flag & FLAG_UNIT_SUB))
+
+    def has_unit_sub_ununit_topics(self) -> TopicList:
+        return self._topics_by_flag(lambda flag: bool(flag & FLAG_UNIT_SUB) and not flag & FLAG_UNIT)
+
+    def _topics_by_flag(self, selected: Callable[[int], bool]) -> TopicList:
+        """Topics whose *first* queue data's sys flag is selected, as RocketMQ decides."""
+        with self._lock.read:
+            return TopicList([topic for topic, queues in self._topic_queues.items()
+                              if selected(next(iter(queues.values())).topic_sys_flag)])
+
+    def snapshot(self) -> RouteTables:
+        with self._lock.read:
+            return RouteTables(copy.deepcopy(self._topic_queues), {n: g.copy() for n, g in self._brokers.items()},
+                               {c: set(names) for c, names in self._clusters.items()},
+                               {k: replace(v) for k, v in self._live.items()},
+                               {k: list(v) for k, v in self._filters.items()}, copy.deepcopy(self._mappings))
+
+    def cached_route_topics(self) -> set[str]:
+        """Topics whose encoded route is cached (for logs, and tests of the invalidation)."""
+        return self._route_cache.topics()
+
+    def route_cache_size(self) -> tuple[int, int]:
+        """(topics cached, bytes charged)."""
+        return self._route_cache.size()
+
+    # ------------------------------------------------------------------ table primitives (write lock held)
+
+    def _put_queue(self, topic: str, queue: QueueData) -> bool:
+        """Create or replace one queue data; False (and no invalidation) if it is unchanged."""
+        queues = self._topic_queues.get(topic)
+        if queues is None:
+            queues = self._topic_queues[topic] = {}
+            log.debug("new topic registered: %s %s", topic, queue)
+        elif queues.get(queue.broker_name) == queue:
+            return False
+        pool = self._queue_pool.setdefault(queue.broker_name, {})
+        queues[queue.broker_name] = pool.setdefault(queue, queue)  # thousands of topics share a few values
+        self._route_cache.invalidate((topic,))
+        return True
+
+    def _remove_queue(self, topic: str, broker_name: str) -> None:
+        queues = self._topic_queues.get(topic)
+        if queues is None or queues.pop(broker_name, None) is None:
+            return
+        self._queue_removals[broker_name] = self._queue_removals.get(broker_name, 0) + 1
+        if not queues:
+            del self._topic_queues[topic]
+            log.debug("topic removed: %s", topic)
+        self._route_cache.invalidate((topic,))
+
+    def _invalidate_broker(self, broker_name: str) -> None:
+        """The group's addresses or flags changed: every topic it serves has a new route.
+
+        Walks the cached topics (only queried topics are cached), not the topic table.
+        """
+        self._route_cache.invalidate_where(lambda topic: broker_name in self._topic_queues.get(topic, ()))
+
+    def _topics_of(self, broker_name: str) -> list[str]:
+        """Topics with a queue entry of the group: a full scan, for rare broker-wide operations."""
+        return [topic for topic, queues in self._topic_queues.items() if broker_name in queues]
+
+    def _set_live(self, key: LiveKey, live: BrokerLiveInfo) -> None:
+        self._drop_live(key)
+        self._live[key] = live
+        if live.channel is not None:
+            self._channel_keys.setdefault(live.channel, set()).add(key)
+
+    def _drop_live(self, key: LiveKey) -> None:
+        live = self._live.pop(key, None)
+        if live is not None and live.channel is not None:
+            keys = self._channel_keys[live.channel]
+            keys.discard(key)
+            if not keys:
+                del self._channel_keys[live.channel]
+
+    def _set_filters(self, key: LiveKey, servers: list[str] | None) -> None:
+        """Store a broker's filter servers (None: leave as is, empty: remove)."""
+        if servers is None or self._filters.get(key, []) == servers:
+            return
+        if servers:
+            self._filters[key] = list(servers)
+        else:
+            del self._filters[key]
+        for group in self._brokers.values():
+            if key[1] in group.broker_addrs.values():
+                self._invalidate_broker(group.broker_name)

@@ -1,0 +1,76 @@
+"""Plain records of the route table: live-broker info, removal reports, a consistent snapshot."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from namesrv.channel import Channel
+from namesrv.protocol.route import BrokerData, QueueData
+from namesrv.protocol.topic import DataVersion
+
+#: RocketMQ's DEFAULT_BROKER_CHANNEL_EXPIRED_TIME: a broker silent this long (ms) is removed.
+DEFAULT_BROKER_CHANNEL_EXPIRED_TIME = 120_000
+
+#: brokerLiveTable / filterServerTable key: (clusterName, brokerAddr), as RocketMQ 5.x keys them.
+LiveKey = tuple[str, str]
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds: the default clock (tests inject their own, so expiry never sleeps)."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class BrokerLiveInfo:
+    """What the NameServer knows about one registered broker process.
+
+    The last three fields let an identical re-registration skip decoding its body
+    (`RouteInfoManager.refresh_registration`): the header fields and body fingerprint it came
+    with, whether it applied its topic table, and how many of its group's queue entries had been
+    removed by then.
+    """
+
+    last_update_timestamp: int
+    heartbeat_timeout_millis: int
+    data_version: DataVersion
+    channel: Channel | None
+    ha_server_addr: str | None
+    registration: tuple | None = None
+    topics_applied: bool = False
+    queue_removals_seen: int = 0
+
+    def expired(self, now: int) -> bool:
+        return self.last_update_timestamp + self.heartbeat_timeout_millis < now
+
+
+@dataclass(frozen=True, slots=True)
+class RemovedBroker:
+    """One broker process taken out of the route table, and why (for the caller's log line).
+
+    `channel` is the connection it had registered on: after an expiry the server closes it,
+    as RocketMQ does. `broker_name`/`broker_id` are None when no broker group listed the address.
+    """
+
+    reason: str
+    cluster_name: str
+    broker_addr: str
+    broker_name: str | None
+    broker_id: int | None
+    channel: Channel | None
+
+    def __str__(self) -> str:
+        return (f"{self.reason}: broker {self.broker_name}[{self.broker_id}] {self.broker_addr} "
+                f"of cluster {self.cluster_name} (channel {self.channel})")
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTables:
+    """A deep copy of the route table taken under one read lock (consistency checks, debugging)."""
+
+    topic_queue_table: dict[str, dict[str, QueueData]]
+    broker_addr_table: dict[str, BrokerData]
+    cluster_addr_table: dict[str, set[str]]
+    broker_live_table: dict[LiveKey, BrokerLiveInfo]
+    filter_server_table: dict[LiveKey, list[str]]
+    topic_queue_mapping_info_table: dict[str, dict[str, Any]]
