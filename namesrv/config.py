@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from namesrv.security import check_admin_token, parse_networks
+
 _HOME = Path.home()
+#: What GET_NAMESRV_CONFIG and `-p` show instead of a secret's value (too short to be a valid token).
+REDACTED = "<redacted>"
 
 
 class ConfigError(ValueError):
@@ -23,20 +28,24 @@ class ConfigError(ValueError):
         self.key = key
 
 
-def _key(doc: str, default: Any, remote: bool = False) -> Any:
-    """A config field with its one-line doc; `remote` = UPDATE_NAMESRV_CONFIG may change it."""
-    return field(default=default, metadata={"doc": doc, "remote": remote})
+def _key(doc: str, default: Any, remote: bool = False, locked: bool = False, secret: bool = False,
+         check: Callable[[Any], object] | None = None) -> Any:
+    """A config field with its one-line doc. `remote`: UPDATE_NAMESRV_CONFIG may change it;
+    `locked`: it never may, whatever configBlackList says; `secret`: shown redacted;
+    `check`: raises ValueError for a value that parses but cannot be used."""
+    return field(default=default, metadata={"doc": doc, "remote": remote, "locked": locked, "secret": secret,
+                                            "check": check})
 
 
 @dataclass
 class NamesrvConfig:
     # --- NamesrvConfig (RocketMQ) ---
     rocketmq_home: str = _key("RocketMQ home directory (informational; RocketMQ reads ROCKETMQ_HOME).",
-                              os.environ.get("ROCKETMQ_HOME", ""))
+                              os.environ.get("ROCKETMQ_HOME", ""), locked=True)
     kv_config_path: str = _key("KV config file, JSON in RocketMQ's format, written atomically.",
-                               str(_HOME / "namesrv" / "kvConfig.json"))
+                               str(_HOME / "namesrv" / "kvConfig.json"), locked=True)
     config_store_path: str = _key("Where UPDATE_NAMESRV_CONFIG persists the config (the -c file when given).",
-                                  str(_HOME / "namesrv" / "namesrv.properties"))
+                                  str(_HOME / "namesrv" / "namesrv.properties"), locked=True)
     product_env_name: str = _key("RocketMQ's clusterTest product environment name (kept for compatibility).", "center")
     cluster_test: bool = _key("RocketMQ's clusterTest mode (not supported; must stay false).", False)
     order_message_enable: bool = _key("Add orderTopicConf (KV namespace ORDER_TOPIC_CONFIG) to topic routes.", False,
@@ -62,7 +71,7 @@ class NamesrvConfig:
     delete_topic_with_broker_registration: bool = _key(
         "Drop a broker's queues of topics missing from its full registration.", False, remote=True)
     config_black_list: str = _key("Extra keys (;-separated) UPDATE_NAMESRV_CONFIG may never change.",
-                                  "configBlackList;configStorePath;kvConfigPath")
+                                  "configBlackList;configStorePath;kvConfigPath", locked=True)
     # --- NettyServerConfig (RocketMQ) ---
     bind_address: str = _key("Address the RocketMQ TCP endpoint binds.", "0.0.0.0")
     listen_port: int = _key("RocketMQ remoting TCP port.", 9876)
@@ -74,7 +83,8 @@ class NamesrvConfig:
     server_channel_max_idle_time_seconds: int = _key("Close a connection with no traffic for this many seconds.", 120)
     server_socket_snd_buf_size: int = _key("SO_SNDBUF of accepted connections; 0 = OS default.", 0)
     server_socket_rcv_buf_size: int = _key("SO_RCVBUF of accepted connections; 0 = OS default.", 0)
-    write_buffer_high_water_mark: int = _key("ZeroMQ send high-water mark in messages; 0 = ZeroMQ default.", 0)
+    write_buffer_high_water_mark: int = _key(
+        "ZeroMQ send high-water mark per peer, in messages of up to 64 KiB; 0 = half of maxConnectionOutputBytes.", 0)
     write_buffer_low_water_mark: int = _key("RocketMQ's low water mark (unused by ZeroMQ).", 0)
     server_socket_backlog: int = _key("Listen backlog.", 1024)
     # --- namesrv's own ---
@@ -83,6 +93,25 @@ class NamesrvConfig:
     max_frame_length: int = _key("Largest frame accepted, length prefix included (RocketMQ: 16 MiB).", 16777216)
     max_connection_output_bytes: int = _key("Unsent reply bytes one connection may hold before it is closed.",
                                             64 * 1024 * 1024)
+    # --- namesrv's own: who may change state, and how much one request may register (never remote) ---
+    admin_allowed_networks: str = _key(
+        "Networks (;-separated CIDRs, IPv4 or IPv6, e.g. 127.0.0.1/32;10.0.0.0/8) allowed to send admin requests "
+        "(PUT/DELETE_KV_CONFIG, WIPE/ADD_WRITE_PERM_OF_BROKER, DELETE/REGISTER_TOPIC_IN_NAMESRV, "
+        "UPDATE_NAMESRV_CONFIG); others get NO_PERMISSION. Empty (default) = any peer, as RocketMQ: compatible, "
+        "but anyone who reaches the port can rewrite routes. Brokers with enableSingleTopicRegister send "
+        "REGISTER_TOPIC_IN_NAMESRV: include their network.",
+        "", locked=True, check=parse_networks)
+    admin_token: str = _key(
+        "Shared secret (16+ characters) admin requests must carry as extFields key adminToken "
+        "(namesrv-admin --token); else NO_PERMISSION. Empty (default) = none, as RocketMQ: stock mqadmin and "
+        "brokers cannot send it. It travels in clear text, so pair it with adminAllowedNetworks; with both set "
+        "a request must pass both. Shown redacted by GET_NAMESRV_CONFIG.",
+        "", locked=True, secret=True, check=check_admin_token)
+    max_topics_per_registration: int = _key(
+        "Most topics one REGISTER_BROKER body may carry; a larger body is refused with SYSTEM_ERROR before it is "
+        "decoded (a 16 MiB body of empty topics costs seconds of CPU and hundreds of MiB to decode). "
+        "0 = no limit (RocketMQ). The default is far above real brokers (RocketMQ #4245: 10,000 topics each).",
+        200000, locked=True)
 
     # ---- keys ----
     @staticmethod
@@ -100,9 +129,10 @@ class NamesrvConfig:
         return next(f.metadata["doc"] for f in fields(cls) if cls.camel(f.name) == key)
 
     def black_list(self) -> set[str]:
-        """Keys UPDATE_NAMESRV_CONFIG refuses: RocketMQ's black list, always with rocketmqHome."""
+        """Keys UPDATE_NAMESRV_CONFIG refuses: configBlackList plus every locked key (RocketMQ's four
+        built-ins and namesrv's security keys), whatever configBlackList says."""
         listed = {k.strip() for k in self.config_black_list.split(";") if k.strip()}
-        return listed | {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"}
+        return listed | {self.camel(f.name) for f in fields(self) if f.metadata["locked"]}
 
     @classmethod
     def remote_updatable(cls) -> set[str]:
@@ -117,12 +147,21 @@ class NamesrvConfig:
             raise ConfigError(key, "unknown configuration key") from None
 
     def parse_value(self, key: str, text: str) -> Any:
-        """`text` converted to the type of `key`, or ConfigError naming the key."""
+        """`text` converted to the type of `key` and checked, or ConfigError naming the key."""
         attribute = self.keys().get(key)
         if attribute is None:
             raise ConfigError(key, "unknown configuration key")
-        kind = _TYPES[next(f.type for f in fields(self) if f.name == attribute)]
-        text = text.strip()
+        spec = next(f for f in fields(self) if f.name == attribute)
+        value = self._convert(key, _TYPES[spec.type], text.strip())
+        if spec.metadata["check"] is not None:
+            try:
+                spec.metadata["check"](value)
+            except ValueError as exc:
+                raise ConfigError(key, str(exc)) from None
+        return value
+
+    @staticmethod
+    def _convert(key: str, kind: type, text: str) -> Any:
         if kind is bool:
             if text.lower() not in ("true", "false"):
                 raise ConfigError(key, f"expected true or false, got {text!r}")
@@ -144,16 +183,21 @@ class NamesrvConfig:
         for key, value in parsed.items():
             setattr(self, keys[key], value)
 
-    def to_properties(self) -> dict[str, str]:
+    def to_properties(self, reveal_secrets: bool = False) -> dict[str, str]:
+        """Every key's value as text; secrets redacted unless revealed."""
         out = {}
-        for key, attribute in self.keys().items():
-            value = getattr(self, attribute)
-            out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.metadata["secret"] and value and not reveal_secrets:
+                value = REDACTED
+            out[self.camel(f.name)] = ("true" if value else "false") if isinstance(value, bool) else str(value)
         return out
 
-    def to_text(self) -> str:
-        """`key=value` lines sorted by key (GET_NAMESRV_CONFIG's body, as RocketMQ 5.x)."""
-        return "".join(f"{key}={escape_property(value)}\n" for key, value in sorted(self.to_properties().items()))
+    def to_text(self, reveal_secrets: bool = False) -> str:
+        """`key=value` lines sorted by key (GET_NAMESRV_CONFIG's body, as RocketMQ 5.x); secrets are
+        redacted unless revealed (only for writing the config file)."""
+        properties = self.to_properties(reveal_secrets)
+        return "".join(f"{key}={escape_property(value)}\n" for key, value in sorted(properties.items()))
 
     @classmethod
     def load(cls, path: str | None = None, overrides: dict[str, str] | None = None) -> NamesrvConfig:

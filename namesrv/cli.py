@@ -1,0 +1,139 @@
+"""`namesrv` / `python -m namesrv`: RocketMQ's mqnamesrv options, plus `--key=value` overrides.
+
+Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT) or `-p`/`-h`; 2 for a usage error, an
+unknown key, a value that does not parse, an unreadable config file or a port already in use —
+always as one line on stderr naming what was wrong, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import logging.config
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from namesrv.config import ConfigError, NamesrvConfig, escape_property
+from namesrv.controller import NamesrvController
+from namesrv.remoting import BindError
+
+#: The repository's logging configuration, used when --logConfig is not given.
+DEFAULT_LOG_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "logging.conf"
+USAGE_ERROR = 2
+
+log = logging.getLogger("namesrv")
+
+
+class UsageError(Exception):
+    """A command line namesrv cannot run with; the message is the whole story."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="namesrv", allow_abbrev=False,
+        description="A RocketMQ-compatible NameServer (remoting TCP plus a ZeroMQ msgpack endpoint).",
+        epilog="Every configuration key can also be given as --key=value (camelCase, e.g. --listenPort=9876); "
+               "it overrides the config file. conf/namesrv.properties lists every key with its default.")
+    parser.add_argument("-c", "--configFile", metavar="FILE", help="Java properties file with configuration keys")
+    parser.add_argument("-p", "--printConfigItem", action="store_true",
+                        help="print the effective configuration (sorted key=value) and exit")
+    parser.add_argument("--logConfig", metavar="FILE",
+                        help=f"logging.config.fileConfig file (default: {DEFAULT_LOG_CONFIG} when present)")
+    return parser
+
+
+def parse_overrides(args: list[str]) -> dict[str, str]:
+    """`--key=value` or `--key value` pairs; anything else is a usage error."""
+    overrides: dict[str, str] = {}
+    pending = list(args)
+    while pending:
+        arg = pending.pop(0)
+        if not arg.startswith("--") or len(arg) == 2:
+            raise UsageError(f"unexpected argument {arg!r} (configuration overrides are --key=value)")
+        key, sep, value = arg[2:].partition("=")
+        if not sep:
+            if not pending or pending[0].startswith("--"):
+                raise UsageError(f"{key}: missing value (use --{key}=value)")
+            value = pending.pop(0)
+        overrides[key] = value
+    return overrides
+
+
+def load_config(config_file: str | None, overrides: dict[str, str]) -> NamesrvConfig:
+    try:
+        return NamesrvConfig.load(config_file, overrides)
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {config_file}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read config file {config_file}: not UTF-8 ({exc.reason})") from None
+
+
+def setup_logging(path: str | None) -> None:
+    """fileConfig from `path`, else the repository's conf/logging.conf, else plain INFO to stderr."""
+    chosen = Path(path) if path is not None else DEFAULT_LOG_CONFIG
+    if path is not None and not chosen.is_file():
+        raise UsageError(f"cannot read logging config {path}")
+    if chosen.is_file():
+        try:
+            logging.config.fileConfig(chosen, disable_existing_loggers=False)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise UsageError(f"bad logging config {chosen}: {exc}") from None
+    else:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(threadName)s] %(name)s - %(message)s")
+
+
+def serve(config: NamesrvConfig) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("%s received", signal.Signals(signum).name)
+        stop.set()
+
+    controller = NamesrvController(config)
+    for signum in (signal.SIGTERM, signal.SIGINT):  # before start: a signal while booting still shuts down cleanly
+        signal.signal(signum, on_signal)
+    controller.start()
+    stop.wait()
+    controller.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    try:
+        config = load_config(args.configFile, parse_overrides(rest))
+        if args.printConfigItem:
+            sys.stdout.write(config.to_text())
+            return 0
+        setup_logging(args.logConfig)
+        serve(config)
+    except (UsageError, ConfigError, BindError) as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    return 0
+
+
+#: Keys whose default depends on the machine (home directory, environment): documented, left commented out.
+MACHINE_DEFAULTS = {
+    "rocketmqHome": "$ROCKETMQ_HOME",
+    "kvConfigPath": "~/namesrv/kvConfig.json",
+    "configStorePath": "~/namesrv/namesrv.properties",
+}
+
+
+def properties_template() -> str:
+    """The text of conf/namesrv.properties: every key with its doc and default (a test keeps them equal)."""
+    defaults = NamesrvConfig().to_properties()
+    lines = ["# namesrv configuration: every key with its default (Java properties syntax).",
+             "# Generated from namesrv.config.NamesrvConfig by namesrv.cli.properties_template().",
+             "# Any key can also be overridden on the command line as --key=value.", ""]
+    for key in NamesrvConfig.keys():
+        lines.append(f"# {NamesrvConfig.doc(key)}")
+        if key in MACHINE_DEFAULTS:
+            lines += [f"# default: {MACHINE_DEFAULTS[key]}", f"#{key}="]
+        else:
+            lines.append(f"{key}={escape_property(defaults[key])}")
+        lines.append("")
+    return "\n".join(lines)

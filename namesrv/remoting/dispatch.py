@@ -1,0 +1,133 @@
+"""RocketMQ's processor table: which executor runs which request code, and what overload means.
+
+Route queries get their own pool so a registration storm cannot starve clients (RIP-29); the
+other supported codes share the default pool; anything else goes to the public executor, where
+the processor answers REQUEST_CODE_NOT_SUPPORTED. A full queue answers SYSTEM_BUSY at once from
+the reactor; oneway requests are bounded in flight and never answered.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Protocol
+
+from namesrv.channel import Channel
+from namesrv.config import NamesrvConfig
+from namesrv.protocol.codes import ResponseCode
+from namesrv.protocol.command import RemotingCommand
+from namesrv.protocol.msgpack_codec import encode_msgpack
+from namesrv.remoting.endpoints import ZMQ_TRANSPORT, Job
+from namesrv.remoting.executors import BoundedExecutor
+from namesrv.remoting.outbox import Delivery, Outbox
+
+log = logging.getLogger(__name__)
+
+OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+
+
+class Processor(Protocol):
+    """The request layer as the server sees it (namesrv.processor.RequestProcessor)."""
+
+    def process(self, request: RemotingCommand, channel: Channel) -> RemotingCommand: ...
+
+
+def encode_reply(channel: Channel, response: RemotingCommand) -> bytes:
+    """A response as its connection's transport carries it."""
+    return encode_msgpack(response) if channel.transport == ZMQ_TRANSPORT else response.encode()
+
+
+class RequestDispatcher:
+    """Routes decoded requests to executors; workers run the processor and post encoded replies."""
+
+    def __init__(self, config: NamesrvConfig, processor: Processor, outbox: Outbox, *,
+                 route_query_codes: Iterable[int], supported_codes: Iterable[int]) -> None:
+        self._processor = processor
+        self._outbox = outbox
+        run = self._run_batch
+        self.client_executor = BoundedExecutor("ClientRequestExecutorThread", config.client_request_thread_pool_nums,
+                                               config.client_request_thread_pool_queue_capacity, run)
+        self.default_executor = BoundedExecutor("RemotingExecutorThread", config.default_thread_pool_nums,
+                                                config.default_thread_pool_queue_capacity, run)
+        # RocketMQ's public executor has no bound; a flood of unknown codes must not grow memory, so
+        # it shares the default pool's bound.
+        self.public_executor = BoundedExecutor("NettyServerPublicExecutor", config.server_callback_executor_threads or 4,
+                                               config.default_thread_pool_queue_capacity, run)
+        self._executors = (self.client_executor, self.default_executor, self.public_executor)
+        self._by_code = {code: self.default_executor for code in supported_codes}
+        self._by_code.update((code, self.client_executor) for code in route_query_codes)
+        self._oneway = threading.BoundedSemaphore(config.server_oneway_semaphore_value)
+        self._oneway_dropped = 0
+        self._oneway_dropped_logged = 0.0
+
+    def start(self) -> None:
+        for executor in self._executors:
+            executor.start()
+
+    def shutdown(self, timeout: float) -> bool:
+        """Finish every accepted request; False if some pool did not within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        return all([executor.shutdown(max(0.0, deadline - time.monotonic())) for executor in self._executors])
+
+    def dispatch(self, jobs: list[Job]) -> list[Delivery]:
+        """Hand one poll round's requests to their executors, one batch per executor.
+
+        Returns the replies to send at once: SYSTEM_BUSY for requests a full queue refused.
+        Reactor thread only.
+        """
+        batches: dict[BoundedExecutor[Job], list[Job]] = {}
+        public = self.public_executor
+        for job in jobs:
+            request = job[1]
+            if request.is_response:
+                log.debug("dropped a response (code %d, opaque %d) from %s: namesrv sends no requests",
+                          request.code, request.opaque, job[0])
+                continue
+            if request.is_oneway and not self._oneway.acquire(blocking=False):
+                self._count_dropped_oneway()
+                continue
+            executor = self._by_code.get(request.code, public)
+            batch = batches.get(executor)
+            if batch is None:
+                batches[executor] = [job]
+            else:
+                batch.append(job)
+        busy: list[Delivery] = []
+        for executor, batch in batches.items():
+            accepted = executor.submit(batch)
+            for channel, request in batch[accepted:]:
+                if request.is_oneway:
+                    self._oneway.release()
+                else:
+                    busy.append((channel, encode_reply(channel, request.make_response(ResponseCode.SYSTEM_BUSY,
+                                                                                        OVERLOAD_REMARK))))
+            if accepted < len(batch):
+                log.warning("%s queue full (%d): %d requests refused with SYSTEM_BUSY", executor.name,
+                            executor.capacity, len(batch) - accepted)
+        return busy
+
+    def _run_batch(self, jobs: list[Job]) -> None:
+        replies: list[Delivery] = []
+        process = self._processor.process
+        for channel, request in jobs:
+            try:
+                response = process(request, channel)
+                reply = None if request.is_oneway else encode_reply(channel, response)
+            except Exception as exc:  # noqa: BLE001 - one bad request must not cost the batch its answers
+                log.exception("request code %d from %s failed", request.code, channel)
+                reply = None if request.is_oneway else encode_reply(
+                    channel, request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"))
+            if request.is_oneway:
+                self._oneway.release()
+            else:
+                replies.append((channel, reply))
+        if replies:
+            self._outbox.put(replies)
+
+    def _count_dropped_oneway(self) -> None:
+        self._oneway_dropped += 1
+        now = time.monotonic()
+        if now - self._oneway_dropped_logged >= 1.0:
+            log.warning("oneway requests over the in-flight bound: %d dropped so far", self._oneway_dropped)
+            self._oneway_dropped_logged = now

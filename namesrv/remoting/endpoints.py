@@ -1,0 +1,308 @@
+"""The two listening endpoints and their connection tables (reactor thread only).
+
+`StreamEndpoint` is a ZeroMQ STREAM socket speaking raw RocketMQ remoting TCP: ZeroMQ hands us
+byte chunks per connection (an empty chunk announces a connect or a disconnect) and we split them
+into frames ourselves. `RouterEndpoint` is a ROUTER socket for DEALER peers speaking the msgpack
+framing, one command per ZeroMQ frame. Both keep, per connection, a bounded backlog of replies a
+slow reader has not taken yet, and an LRU order of activity for the idle sweep.
+
+What one connection's unsent replies may hold: up to the send high-water mark of messages of at
+most MAX_MESSAGE_BYTES inside ZeroMQ, plus `max_backlog_bytes` queued here; past that the peer is
+not reading and its connection is closed.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+import zmq
+
+from namesrv.channel import Channel
+from namesrv.protocol.command import RemotingCommand
+from namesrv.protocol.errors import ProtocolError
+from namesrv.protocol.frame import FrameDecoder
+from namesrv.protocol.msgpack_codec import decode_msgpack
+
+log = logging.getLogger(__name__)
+
+Job = tuple[Channel, RemotingCommand]
+
+#: Channel.transport of the two endpoints.
+TCP_TRANSPORT = "tcp"
+ZMQ_TRANSPORT = "zmq"
+#: Replies leave in ZeroMQ messages of at most this many bytes (a single larger reply on the ZeroMQ
+#: endpoint excepted), so the send high-water mark, counted in messages, also bounds bytes.
+MAX_MESSAGE_BYTES = 64 * 1024
+
+
+def peer_address(frame: zmq.Frame) -> str:
+    """"ip:port" of the connection a frame arrived on.
+
+    ZeroMQ's Peer-Address metadata carries the IP only; the port is read from the connection's
+    own socket (the frame's source fd) while it is still open.
+    """
+    try:
+        ip = frame.get("Peer-Address")
+    except zmq.ZMQError:
+        return ""
+    try:
+        with socket.socket(fileno=os.dup(frame.get(zmq.SRCFD))) as sock:
+            return f"{ip}:{sock.getpeername()[1]}"
+    except (OSError, zmq.ZMQError):
+        return ip
+
+
+def _peer(conn: Connection) -> str:
+    return conn.channel.remote_addr or f"(peer gone before its address was read, id {conn.channel.ident.hex()})"
+
+
+class Connection:
+    """One peer: its Channel, frame decoder (TCP only), last activity, and unsent replies."""
+
+    __slots__ = ("channel", "decoder", "last_active", "backlog", "backlog_bytes")
+
+    def __init__(self, channel: Channel, decoder: FrameDecoder | None, now: float) -> None:
+        self.channel = channel
+        self.decoder = decoder
+        self.last_active = now
+        self.backlog: deque[tuple[object, int]] = deque()
+        self.backlog_bytes = 0
+
+
+class Endpoint:
+    """What both endpoints share: the connection table, bounded output, idle sweep, close."""
+
+    transport = ""
+
+    def __init__(self, sock: zmq.Socket, max_backlog_bytes: int, on_closed: Callable[[Channel], None]) -> None:
+        self.socket = sock
+        self.connections: OrderedDict[bytes, Connection] = OrderedDict()
+        self.blocked: set[bytes] = set()
+        self._max_backlog_bytes = max_backlog_bytes
+        self._on_closed = on_closed
+
+    # ---- transport-specific
+    def read(self, budget: int, now: float, jobs: list[Job]) -> None:
+        """Receive up to `budget` messages; append the commands they complete to `jobs`."""
+        raise NotImplementedError
+
+    def _decode(self, conn: Connection, message: object) -> list[RemotingCommand]:
+        """The commands a received message completes; ProtocolError for bad input."""
+        raise NotImplementedError
+
+    def _pack(self, payloads: list[bytes]) -> list[tuple[object, int]]:
+        """Replies for one connection as (message, bytes) pairs, each message at most MAX_MESSAGE_BYTES."""
+        raise NotImplementedError
+
+    def _transmit(self, ident: bytes, message: object) -> None:
+        """Send without blocking; zmq.Again when the peer's pipe is full."""
+        raise NotImplementedError
+
+    def _disconnect(self, ident: bytes) -> None:
+        raise NotImplementedError
+
+    # ---- shared
+    def _touch(self, conn: Connection, now: float) -> None:
+        conn.last_active = now
+        self.connections.move_to_end(conn.channel.ident)
+
+    def send(self, ident: bytes, payloads: list[bytes], now: float) -> None:
+        """Send replies to one connection in as few messages as the size cap allows; queue what does not fit."""
+        conn = self.connections.get(ident)
+        if conn is None:
+            return  # closed while its requests were running
+        self._touch(conn, now)
+        messages = self._pack(payloads)
+        if not conn.backlog:
+            for sent, (message, _size) in enumerate(messages):
+                try:
+                    self._transmit(ident, message)
+                except zmq.Again:
+                    messages = messages[sent:]
+                    break
+                except zmq.ZMQError as exc:
+                    self.close(conn, f"send failed: {exc}")
+                    return
+            else:
+                return
+        conn.backlog.extend(messages)
+        conn.backlog_bytes += sum(size for _, size in messages)
+        if conn.backlog_bytes > self._max_backlog_bytes:
+            self.close(conn, f"{conn.backlog_bytes} unsent reply bytes exceed maxConnectionOutputBytes "
+                             "(the peer does not read)", logging.WARNING)
+        else:
+            self.blocked.add(ident)
+
+    def flush_blocked(self) -> None:
+        """Retry the backlog of every connection whose pipe was full."""
+        for ident in list(self.blocked):
+            conn = self.connections.get(ident)
+            while conn is not None and conn.backlog:
+                message, size = conn.backlog[0]
+                try:
+                    self._transmit(ident, message)
+                except zmq.Again:
+                    break
+                except zmq.ZMQError as exc:
+                    self.close(conn, f"send failed: {exc}")
+                    break
+                conn.backlog.popleft()
+                conn.backlog_bytes -= size
+            else:
+                self.blocked.discard(ident)
+
+    def expire_idle(self, oldest_allowed: float, idle_seconds: int) -> None:
+        """Close connections with no traffic either way since `oldest_allowed` (LRU order: oldest first)."""
+        connections = self.connections
+        while connections:
+            conn = connections[next(iter(connections))]
+            if conn.last_active >= oldest_allowed:
+                return
+            self.close(conn, f"idle for {idle_seconds} s")
+
+    def close(self, conn: Connection, reason: str, level: int = logging.INFO) -> None:
+        """Close one connection from our side and report its Channel as destroyed."""
+        self._forget(conn)
+        self._disconnect(conn.channel.ident)
+        log.log(level, "closed %s connection %s: %s", self.transport, _peer(conn), reason)
+        self._on_closed(conn.channel)
+
+    def _peer_closed(self, conn: Connection) -> None:
+        self._forget(conn)
+        log.debug("%s connection %s closed by the peer", self.transport, _peer(conn))
+        self._on_closed(conn.channel)
+
+    def _forget(self, conn: Connection) -> None:
+        ident = conn.channel.ident
+        del self.connections[ident]
+        self.blocked.discard(ident)
+        conn.backlog.clear()
+
+    def _take(self, conn: Connection, message: object, jobs: list[Job]) -> None:
+        """Append the commands `message` completes; bad input closes the connection and takes none of them."""
+        try:
+            commands = self._decode(conn, message)
+        except ProtocolError as exc:
+            self.close(conn, f"bad frame: {exc}", logging.WARNING)
+            return
+        except Exception as exc:  # noqa: BLE001 - a decoder bug must cost one connection, not the reactor
+            log.error("decoding input from %s failed", _peer(conn), exc_info=exc)
+            self.close(conn, f"undecodable input: {type(exc).__name__}: {exc}", logging.WARNING)
+            return
+        channel = conn.channel
+        jobs.extend((channel, command) for command in commands)
+
+
+class StreamEndpoint(Endpoint):
+    """RocketMQ remoting over raw TCP through a ZeroMQ STREAM socket."""
+
+    transport = TCP_TRANSPORT
+
+    def __init__(self, sock: zmq.Socket, max_backlog_bytes: int, on_closed: Callable[[Channel], None],
+                 max_frame_length: int) -> None:
+        super().__init__(sock, max_backlog_bytes, on_closed)
+        self._max_frame_length = max_frame_length
+
+    def read(self, budget: int, now: float, jobs: list[Job]) -> None:
+        sock = self.socket
+        connections = self.connections
+        for _ in range(budget):
+            try:
+                ident = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            frame = sock.recv(copy=False)
+            conn = connections.get(ident)
+            if conn is None:
+                if len(frame) == 0:
+                    self._accept(ident, frame, now)
+                continue  # else: bytes still in flight from a connection we closed
+            if len(frame) == 0:
+                self._peer_closed(conn)
+                continue
+            self._touch(conn, now)
+            self._take(conn, frame.bytes, jobs)
+
+    def _decode(self, conn: Connection, message: bytes) -> list[RemotingCommand]:
+        decode = RemotingCommand.decode
+        return [decode(frame) for frame in conn.decoder.feed(message)]
+
+    def _accept(self, ident: bytes, frame: zmq.Frame, now: float) -> None:
+        channel = Channel(self.transport, ident, peer_address(frame))
+        self.connections[ident] = Connection(channel, FrameDecoder(self._max_frame_length), now)
+        log.debug("tcp connection from %s", channel.remote_addr or "a peer already gone")
+
+    def _pack(self, payloads: list[bytes]) -> list[tuple[object, int]]:
+        data = payloads[0] if len(payloads) == 1 else b"".join(payloads)
+        size = len(data)
+        if size <= MAX_MESSAGE_BYTES:
+            return [(data, size)]
+        view = memoryview(data)  # a byte stream may be cut anywhere
+        return [(view[start:start + MAX_MESSAGE_BYTES], min(MAX_MESSAGE_BYTES, size - start))
+                for start in range(0, size, MAX_MESSAGE_BYTES)]
+
+    def _transmit(self, ident: bytes, message: bytes | memoryview) -> None:
+        # The routing-id part fails with EAGAIN when the pipe is full, before anything is queued.
+        self.socket.send(ident, zmq.SNDMORE | zmq.NOBLOCK)
+        self.socket.send(message, zmq.NOBLOCK, copy=False)
+
+    def _disconnect(self, ident: bytes) -> None:
+        try:  # a routing id followed by an empty frame closes the TCP connection
+            self.socket.send_multipart((ident, b""), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # already gone
+
+
+class RouterEndpoint(Endpoint):
+    """msgpack commands from DEALER peers: one command per frame, one reply frame per answer."""
+
+    transport = ZMQ_TRANSPORT
+
+    def read(self, budget: int, now: float, jobs: list[Job]) -> None:
+        sock = self.socket
+        connections = self.connections
+        for _ in range(budget):
+            try:
+                parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            ident = parts[0].bytes
+            conn = connections.get(ident)
+            if conn is None:
+                conn = self._accept(ident, parts[-1], now)
+            else:
+                self._touch(conn, now)
+            self._take(conn, parts, jobs)
+
+    def _decode(self, conn: Connection, message: list[zmq.Frame]) -> list[RemotingCommand]:
+        if len(message) < 2:
+            raise ProtocolError("message without a command frame")
+        return [decode_msgpack(part.bytes) for part in message[1:]]
+
+    def _accept(self, ident: bytes, frame: zmq.Frame, now: float) -> Connection:
+        conn = Connection(Channel(self.transport, ident, peer_address(frame)), None, now)
+        self.connections[ident] = conn
+        log.debug("zmq peer %s", _peer(conn))
+        return conn
+
+    def _pack(self, payloads: list[bytes]) -> list[tuple[object, int]]:
+        messages: list[tuple[object, int]] = []
+        frames: list[bytes] = []
+        size = 0
+        for payload in payloads:
+            if frames and size + len(payload) > MAX_MESSAGE_BYTES:
+                messages.append((frames, size))
+                frames, size = [], 0
+            frames.append(payload)
+            size += len(payload)
+        messages.append((frames, size))
+        return messages
+
+    def _transmit(self, ident: bytes, message: list[bytes]) -> None:
+        self.socket.send_multipart([ident, *message], zmq.NOBLOCK)
+
+    def _disconnect(self, ident: bytes) -> None:
+        """A ROUTER cannot drop one DEALER: the peer is forgotten and its next message starts anew."""

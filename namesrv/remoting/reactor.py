@@ -1,0 +1,221 @@
+"""The reactor: one thread owns every ZeroMQ socket and polls them together.
+
+Per poll round it reads what the sockets hold (bounded), decodes frames, hands the round's
+requests to the executors in one batch per pool, sends back whatever replies the workers posted
+meanwhile (all replies for one connection in one send), retries the backlog of peers whose pipe
+was full, and closes idle connections. Nothing in the loop blocks on a peer or on a worker.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import zmq
+
+from namesrv.channel import Channel
+from namesrv.config import NamesrvConfig
+from namesrv.remoting.dispatch import RequestDispatcher
+from namesrv.remoting.endpoints import MAX_MESSAGE_BYTES, Endpoint, Job, RouterEndpoint, StreamEndpoint
+from namesrv.remoting.outbox import Delivery, Outbox
+
+log = logging.getLogger(__name__)
+
+#: Messages taken from one socket per round: bounds how long a flood delays replies and other sockets.
+READ_BUDGET = 2048
+#: How soon a peer whose pipe was full is retried (ZeroMQ gives no per-peer writable event).
+BLOCKED_RETRY_MS = 5
+IDLE_SWEEP_SECONDS = 1.0
+
+
+class BindError(Exception):
+    """An endpoint could not be bound (port in use, bad address)."""
+
+    def __init__(self, endpoint: str, reason: str) -> None:
+        super().__init__(f"cannot listen on {endpoint}: {reason}")
+        self.endpoint = endpoint
+
+
+def tcp_endpoint(host: str, port: int) -> str:
+    """ZeroMQ endpoint for bindAddress/listenPort; port 0 picks a free one."""
+    return f"tcp://{f'[{host}]' if ':' in host else host}:{port or '*'}"
+
+
+class Reactor:
+    """The server's I/O thread: bind, start, pause reading, stop after flushing."""
+
+    def __init__(self, config: NamesrvConfig, dispatcher: RequestDispatcher, outbox: Outbox,
+                 on_channel_closed: Callable[[Channel], None]) -> None:
+        self._config = config
+        self._dispatcher = dispatcher
+        self._outbox = outbox
+        self._on_channel_closed = on_channel_closed
+        self._context = zmq.Context(io_threads=config.server_selector_threads)
+        self._endpoints: dict[str, Endpoint] = {}
+        self._thread = threading.Thread(target=self._run, name="NamesrvReactor", daemon=True)
+        self._paused = False
+        self._reading_stopped = threading.Event()
+        self._stop_deadline: float | None = None
+        #: "host:port" of the RocketMQ endpoint and the ZeroMQ endpoint actually bound (after bind()).
+        self.tcp_address = ""
+        self.zmq_address: str | None = None
+
+    # ---- lifecycle (any thread)
+    def bind(self) -> None:
+        """Bind both endpoints (in the caller's thread, so a port in use is reported before start)."""
+        config = self._config
+        try:
+            stream = self._listen(zmq.STREAM, tcp_endpoint(config.bind_address, config.listen_port))
+            stream.setsockopt(zmq.STREAM_NOTIFY, 1)
+            self._add(StreamEndpoint(stream, self._max_backlog_bytes(), self._on_channel_closed,
+                                     config.max_frame_length))
+            self.tcp_address = _bound(stream).removeprefix("tcp://")
+            if config.zmq_listen_address:
+                router = self._listen(zmq.ROUTER, config.zmq_listen_address)
+                self._add(RouterEndpoint(router, self._max_backlog_bytes(), self._on_channel_closed))
+                self.zmq_address = _bound(router)
+        except BindError:
+            self._close_sockets(0)
+            raise
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def pause_reading(self) -> None:
+        """Stop taking requests (shutdown) and return once the reactor has; replies keep flowing."""
+        self._paused = True
+        self._outbox.wake()
+        if self._thread.is_alive():
+            self._reading_stopped.wait(5)
+
+    def stop(self, timeout: float) -> None:
+        """Send every reply already posted (up to `timeout` seconds), then close the sockets."""
+        self._stop_deadline = time.monotonic() + timeout
+        self._outbox.wake()
+        if self._thread.ident is None:
+            self._close_sockets(0)
+        else:
+            self._thread.join(timeout + 2)
+            if self._thread.is_alive():
+                log.error("the reactor did not stop within %.1f s; leaving its sockets open", timeout + 2)
+                return
+        self._context.term()
+
+    def connection_counts(self) -> dict[str, int]:
+        """Open connections per transport (a snapshot; exact only from the reactor thread or once it stopped)."""
+        return {transport: len(endpoint.connections) for transport, endpoint in self._endpoints.items()}
+
+    # ---- internals
+    def _listen(self, kind: int, endpoint: str) -> zmq.Socket:
+        config = self._config
+        sock = self._context.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.BACKLOG, config.server_socket_backlog)
+        if config.server_socket_snd_buf_size:
+            sock.setsockopt(zmq.SNDBUF, config.server_socket_snd_buf_size)
+        if config.server_socket_rcv_buf_size:
+            sock.setsockopt(zmq.RCVBUF, config.server_socket_rcv_buf_size)
+        sock.setsockopt(zmq.SNDHWM, self._send_high_water_mark())
+        if kind == zmq.ROUTER:
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a full or vanished peer is an error we see, not a silent drop
+            sock.setsockopt(zmq.MAXMSGSIZE, config.max_frame_length)
+        if "[" in endpoint:
+            sock.setsockopt(zmq.IPV6, 1)
+        try:
+            sock.bind(endpoint)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            raise BindError(endpoint, zmq.strerror(exc.errno)) from None
+        return sock
+
+    def _add(self, endpoint: Endpoint) -> None:
+        self._endpoints[endpoint.transport] = endpoint
+
+    def _send_high_water_mark(self) -> int:
+        """Messages ZeroMQ may hold per peer: writeBufferHighWaterMark, else half of maxConnectionOutputBytes."""
+        config = self._config
+        return config.write_buffer_high_water_mark or max(2, config.max_connection_output_bytes // (2 * MAX_MESSAGE_BYTES))
+
+    def _max_backlog_bytes(self) -> int:
+        """What maxConnectionOutputBytes leaves for our own per-connection backlog."""
+        return max(0, self._config.max_connection_output_bytes - self._send_high_water_mark() * MAX_MESSAGE_BYTES)
+
+    def _run(self) -> None:
+        """The loop (reactor thread)."""
+        poller = zmq.Poller()
+        endpoints = list(self._endpoints.values())
+        for endpoint in endpoints:
+            poller.register(endpoint.socket, zmq.POLLIN)
+        wake_fd = self._outbox.fileno()
+        poller.register(wake_fd, zmq.POLLIN)
+        idle_seconds = self._config.server_channel_max_idle_time_seconds
+        next_sweep = time.monotonic() + IDLE_SWEEP_SECONDS
+        reading = True
+        while True:
+            now = time.monotonic()
+            if reading and self._paused:
+                for endpoint in endpoints:
+                    poller.unregister(endpoint.socket)
+                reading = False
+                self._reading_stopped.set()
+            blocked = any(endpoint.blocked for endpoint in endpoints)
+            if self._stop_deadline is not None and (now >= self._stop_deadline or not (blocked or len(self._outbox))):
+                break
+            if blocked or self._stop_deadline is not None:
+                timeout = BLOCKED_RETRY_MS
+            else:
+                timeout = max(0.0, next_sweep - now) * 1000
+            try:
+                events = dict(poller.poll(timeout))
+                now = time.monotonic()
+                if reading:
+                    jobs: list[Job] = []
+                    for endpoint in endpoints:
+                        if endpoint.socket in events:
+                            endpoint.read(READ_BUDGET, now, jobs)
+                    if jobs:
+                        self._deliver(self._dispatcher.dispatch(jobs), now)
+                if wake_fd in events:
+                    self._deliver(self._outbox.drain(), now)
+                for endpoint in endpoints:
+                    if endpoint.blocked:
+                        endpoint.flush_blocked()
+                if now >= next_sweep:
+                    next_sweep = now + IDLE_SWEEP_SECONDS
+                    if idle_seconds:
+                        for endpoint in endpoints:
+                            endpoint.expire_idle(now - idle_seconds, idle_seconds)
+            except Exception:  # noqa: BLE001 - the reactor is the server: log, keep serving
+                log.exception("reactor round failed")
+        self._close_sockets(int(max(0.0, (self._stop_deadline or now) - time.monotonic()) * 1000))
+
+    def _deliver(self, items: list[Delivery], now: float) -> None:
+        """Send posted replies, all of one connection's in one message; then the requested closes."""
+        grouped: dict[Channel, list[bytes]] = {}
+        closes: list[tuple[Channel, str]] = []
+        for channel, payload in items:
+            if isinstance(payload, str):
+                closes.append((channel, payload))
+            else:
+                batch = grouped.get(channel)
+                if batch is None:
+                    grouped[channel] = [payload]
+                else:
+                    batch.append(payload)
+        endpoints = self._endpoints
+        for channel, payloads in grouped.items():
+            endpoints[channel.transport].send(channel.ident, payloads, now)
+        for channel, reason in closes:
+            endpoint = endpoints[channel.transport]
+            conn = endpoint.connections.get(channel.ident)
+            if conn is not None:
+                endpoint.close(conn, reason)
+
+    def _close_sockets(self, linger_ms: int) -> None:
+        for endpoint in self._endpoints.values():
+            endpoint.socket.close(linger_ms)
+
+
+def _bound(sock: zmq.Socket) -> str:
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)

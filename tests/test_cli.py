@@ -1,0 +1,131 @@
+"""The `python -m namesrv` command line: -c, -p, -h, --key=value overrides, one-line errors with
+exit code 2, logging configuration, and conf/namesrv.properties kept in step with NamesrvConfig."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from namesrv.cli import MACHINE_DEFAULTS, properties_template
+from namesrv.config import NamesrvConfig, parse_properties
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def namesrv(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+    return subprocess.run([sys.executable, "-m", "namesrv", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=REPO)
+
+
+def assert_usage_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode == 2, result
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("namesrv: error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+@pytest.fixture
+def busy_port() -> socket.socket:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_print_config_shows_the_effective_sorted_configuration(tmp_path) -> None:
+    config_file = tmp_path / "ns.properties"
+    config_file.write_text("# comment\nlistenPort = 19876\nscanNotActiveBrokerInterval:1000\n", encoding="utf-8")
+    result = namesrv("-c", str(config_file), "--scanNotActiveBrokerInterval=250", "--orderMessageEnable", "true", "-p")
+    assert result.returncode == 0, result.stderr
+    expected = NamesrvConfig.load(str(config_file), {"scanNotActiveBrokerInterval": "250",
+                                                     "orderMessageEnable": "true"})
+    assert result.stdout == expected.to_text()
+    printed = parse_properties(result.stdout)
+    assert list(printed) == sorted(printed) == sorted(NamesrvConfig.keys())
+    assert (printed["listenPort"], printed["scanNotActiveBrokerInterval"], printed["orderMessageEnable"],
+            printed["configStorePath"]) == ("19876", "250", "true", str(config_file))
+
+
+def test_help_exits_zero_and_explains_overrides() -> None:
+    result = namesrv("-h")
+    assert result.returncode == 0
+    assert "--key=value" in result.stdout and "-c FILE" in result.stdout and "--printConfigItem" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["--noSuchKey=1"], ["noSuchKey", "unknown configuration key"]),
+    (["--listenPort=abc"], ["listenPort", "expected an integer"]),
+    (["--orderMessageEnable=yes"], ["orderMessageEnable", "expected true or false"]),
+    (["--defaultThreadPoolNums=-3"], ["defaultThreadPoolNums", "must not be negative"]),
+    (["--listenPort"], ["listenPort", "missing value"]),
+    (["stray"], ["'stray'"]),
+    (["-c", "/nonexistent/namesrv.properties"], ["/nonexistent/namesrv.properties"]),
+    (["--logConfig=/nonexistent/logging.conf", "--listenPort=0"], ["/nonexistent/logging.conf"]),
+    (["--listenPort=70000"], ["listenPort", "0-65535"]),
+    (["--clientRequestThreadPoolNums=0", "--listenPort=0"], ["clientRequestThreadPoolNums", "at least 1"]),
+    (["--zmqListenAddress=nonsense", "--listenPort=0", "--bindAddress=127.0.0.1"], ["nonsense"]),
+])
+def test_bad_command_lines_fail_with_one_line_and_exit_2(args: list[str], needles: list[str]) -> None:
+    assert_usage_error(namesrv(*args), *needles)
+
+
+def test_a_bad_key_in_the_config_file_is_named(tmp_path) -> None:
+    config_file = tmp_path / "bad.properties"
+    config_file.write_text("listenPort=9876\nlistenPortt=1\n", encoding="utf-8")
+    assert_usage_error(namesrv("-c", str(config_file)), "listenPortt")
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(busy_port: int, tmp_path) -> None:
+    result = namesrv(f"--listenPort={busy_port}", "--bindAddress=127.0.0.1", "--zmqListenAddress=",
+                     f"--kvConfigPath={tmp_path / 'kv.json'}")
+    assert_usage_error(result, f"cannot listen on tcp://127.0.0.1:{busy_port}", "Address already in use")
+
+
+def test_a_zmq_port_in_use_is_one_line_and_exit_2(busy_port: int, tmp_path) -> None:
+    result = namesrv("--listenPort=0", "--bindAddress=127.0.0.1", f"--zmqListenAddress=tcp://127.0.0.1:{busy_port}",
+                     f"--kvConfigPath={tmp_path / 'kv.json'}")
+    assert_usage_error(result, f"tcp://127.0.0.1:{busy_port}", "Address already in use")
+
+
+def test_the_properties_file_lists_every_key_with_its_default() -> None:
+    text = (REPO / "conf" / "namesrv.properties").read_text(encoding="utf-8")
+    assert text == properties_template(), "regenerate conf/namesrv.properties from namesrv.cli.properties_template()"
+    active = parse_properties(text)
+    defaults = NamesrvConfig().to_properties()
+    assert active == {key: value for key, value in defaults.items() if key not in MACHINE_DEFAULTS}
+    for key in NamesrvConfig.keys():
+        assert f"# {NamesrvConfig.doc(key)}\n" in text
+    for key, shown in MACHINE_DEFAULTS.items():
+        assert f"# default: {shown}\n#{key}=\n" in text
+    home = str(Path.home())
+    assert defaults["kvConfigPath"] == MACHINE_DEFAULTS["kvConfigPath"].replace("~", home)
+    assert defaults["configStorePath"] == MACHINE_DEFAULTS["configStorePath"].replace("~", home)
+    assert defaults["rocketmqHome"] == os.environ.get("ROCKETMQ_HOME", "")
+
+
+def test_the_shipped_properties_file_loads_as_the_defaults() -> None:
+    result = namesrv("-c", "conf/namesrv.properties", "-p")
+    assert result.returncode == 0, result.stderr
+    printed = parse_properties(result.stdout)
+    defaults = NamesrvConfig().to_properties()
+    assert printed == {**defaults, "configStorePath": "conf/namesrv.properties"}
+
+
+def test_log_config_points_logging_elsewhere(namesrv_factory, tmp_path) -> None:
+    log_config = tmp_path / "logging.conf"
+    log_config.write_text(
+        "[loggers]\nkeys=root\n[handlers]\nkeys=err\n[formatters]\nkeys=f\n"
+        "[logger_root]\nlevel=DEBUG\nhandlers=err\n"
+        "[handler_err]\nclass=StreamHandler\nformatter=f\nargs=(sys.stderr,)\n"
+        "[formatter_f]\nformat=CUSTOM|%(levelname)s|%(message)s\n", encoding="utf-8")
+    server = namesrv_factory(log_config=log_config)
+    server.wait_for_log(r"CUSTOM\|INFO\|The Name Server boot success")
+    with socket.create_connection(("127.0.0.1", server.port)):
+        server.wait_for_log(r"CUSTOM\|DEBUG\|tcp connection from 127\.0\.0\.1:\d+")
