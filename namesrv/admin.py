@@ -1,0 +1,270 @@
+"""namesrv-admin: inspect and change running NameServers (ours or Apache RocketMQ's) like mqadmin does.
+
+Subcommands and flags follow mqadmin (`-n host:port[;host:port]`, or NAMESRV_ADDR). Output is a
+human table, or JSON with `--json`. Writes (updateKvConfig, deleteKvConfig, wipeWritePerm,
+addWritePerm, deleteTopic, updateNamesrvConfig) go to every NameServer in -n and report per
+server. Exit status: 0 on success, 1 when any NameServer failed (its remark on stderr), 2 on
+bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from namesrv.client.errors import MQResponseError, RemotingError
+from namesrv.client.namesrv_client import NamesrvClient, ServerResult, parse_namesrv_addrs
+from namesrv.protocol import jsonbody
+from namesrv.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE, SerializeType
+from namesrv.protocol.errors import ProtocolError
+from namesrv.protocol.route import ClusterInfo, TopicRouteData
+
+PROG = "namesrv-admin"
+Handler = Callable[[NamesrvClient, argparse.Namespace], int]
+
+
+# ---- output helpers ----
+def emit_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def emit_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def fail(command: str, message: str) -> None:
+    print(f"{PROG} {command}: {message}", file=sys.stderr)
+
+
+def perm_text(perm: int) -> str:
+    flags = "".join(letter for bit, letter in ((PERM_READ, "R"), (PERM_WRITE, "W"), (PERM_INHERIT, "X")) if perm & bit)
+    return f"{perm} ({flags or '-'})"
+
+
+def route_json(route: TopicRouteData) -> dict[str, Any]:
+    return jsonbody.loads(route.encode(standard=True), "TopicRouteData")
+
+
+def cluster_json(info: ClusterInfo) -> dict[str, Any]:
+    return jsonbody.loads(info.encode(), "ClusterInfo")
+
+
+def report(command: str, args: argparse.Namespace, results: list[ServerResult[Any]], what: str,
+           value_key: str | None = None) -> int:
+    """Print per-server outcomes of a write; failures also go to stderr. 1 if any server failed."""
+    rows = []
+    for result in results:
+        entry: dict[str, Any] = {"namesrvAddr": result.address, "success": result.ok}
+        if result.ok and value_key is not None:
+            entry[value_key] = result.value
+        if isinstance(result.error, MQResponseError):
+            entry.update(code=result.error.code, remark=result.error.remark)
+        elif result.error is not None:
+            entry["error"] = str(result.error)
+        if result.error is not None:
+            fail(command, f"{what} on {result.address} failed: {result.error}")
+        rows.append(entry)
+    if args.json:
+        emit_json(rows)
+    else:
+        for entry in rows:
+            extra = f", {value_key}={entry[value_key]}" if value_key is not None and entry["success"] else ""
+            print(f"{what} in name server[{entry['namesrvAddr']}] {'OK' if entry['success'] else 'Failed'}{extra}")
+    return 0 if all(result.ok for result in results) else 1
+
+
+# ---- subcommands ----
+def cluster_list(client: NamesrvClient, args: argparse.Namespace) -> int:
+    info = client.get_cluster_info()
+    if args.clusterName:
+        names = set(info.cluster_addr_table.get(args.clusterName, []))
+        info = ClusterInfo({n: b for n, b in info.broker_addr_table.items() if n in names},
+                           {args.clusterName: sorted(names)} if names else {})
+    if args.json:
+        emit_json(cluster_json(info))
+        return 0
+    rows = []
+    for cluster, broker_names in sorted(info.cluster_addr_table.items()):
+        for broker_name in sorted(broker_names):
+            broker = info.broker_addr_table.get(broker_name)
+            for broker_id, addr in sorted((broker.broker_addrs if broker else {}).items()):
+                rows.append((cluster, broker_name, broker_id, addr))
+    emit_table(("#Cluster Name", "#Broker Name", "#BID", "#Addr"), rows)
+    return 0
+
+
+def topic_route(client: NamesrvClient, args: argparse.Namespace) -> int:
+    route = client.fetch_topic_route(args.topic)
+    if args.json:
+        emit_json(route_json(route))
+        return 0
+    emit_table(("#Broker Name", "#Cluster", "#BID", "#Addr"),
+               [(b.broker_name, b.cluster, broker_id, addr)
+                for b in sorted(route.broker_datas, key=lambda b: b.broker_name)
+                for broker_id, addr in sorted(b.broker_addrs.items())])
+    print()
+    emit_table(("#Broker Name", "#Read Queues", "#Write Queues", "#Perm", "#Sys Flag"),
+               [(q.broker_name, q.read_queue_nums, q.write_queue_nums, perm_text(q.perm), q.topic_sys_flag)
+                for q in sorted(route.queue_datas, key=lambda q: q.broker_name)])
+    if route.order_topic_conf:
+        print(f"\norderTopicConf: {route.order_topic_conf}")
+    return 0
+
+
+def topic_list(client: NamesrvClient, args: argparse.Namespace) -> int:
+    topics = sorted(client.get_all_topic_list())
+    if not args.clusterModel:
+        if args.json:
+            emit_json({"topicList": topics})
+        else:
+            print("\n".join(topics))
+        return 0
+    info = client.get_cluster_info()
+    pairs = sorted((cluster, topic) for cluster in info.cluster_addr_table
+                   for topic in client.get_topics_by_cluster(cluster))
+    placed = {topic for _, topic in pairs}
+    pairs += [("", topic) for topic in topics if topic not in placed]
+    if args.json:
+        emit_json({"topicList": [{"clusterName": cluster, "topic": topic} for cluster, topic in pairs]})
+    else:
+        emit_table(("#Cluster Name", "#Topic"), pairs)
+    return 0
+
+
+def get_kv_config(client: NamesrvClient, args: argparse.Namespace) -> int:
+    value = client.get_kv_config(args.namespace, args.key)
+    if args.json:
+        emit_json({"namespace": args.namespace, "key": args.key, "value": value})
+    else:
+        print(f"get kv config success, namespace: {args.namespace}, key: {args.key}, value: {value}.")
+    return 0
+
+
+def update_kv_config(client: NamesrvClient, args: argparse.Namespace) -> int:
+    return report(args.command, args, client.put_kv_config(args.namespace, args.key, args.value),
+                  f"update kv config [{args.namespace}] {args.key}={args.value}")
+
+
+def delete_kv_config(client: NamesrvClient, args: argparse.Namespace) -> int:
+    return report(args.command, args, client.delete_kv_config(args.namespace, args.key),
+                  f"delete kv config [{args.namespace}] {args.key}")
+
+
+def wipe_write_perm(client: NamesrvClient, args: argparse.Namespace) -> int:
+    return report(args.command, args, client.wipe_write_perm_of_broker(args.brokerName),
+                  f"wipe write perm of broker[{args.brokerName}]", "wipeTopicCount")
+
+
+def add_write_perm(client: NamesrvClient, args: argparse.Namespace) -> int:
+    return report(args.command, args, client.add_write_perm_of_broker(args.brokerName),
+                  f"add write perm of broker[{args.brokerName}]", "addTopicCount")
+
+
+def delete_topic(client: NamesrvClient, args: argparse.Namespace) -> int:
+    scope = f" from cluster [{args.clusterName}]" if args.clusterName else ""
+    return report(args.command, args, client.delete_topic(args.topic, args.clusterName),
+                  f"delete topic [{args.topic}]{scope}")
+
+
+def get_namesrv_config(client: NamesrvClient, args: argparse.Namespace) -> int:
+    results = client.get_namesrv_configs()
+    for result in results:
+        if result.error is not None:
+            fail(args.command, f"get config of {result.address} failed: {result.error}")
+    if args.json:
+        emit_json({r.address: r.value for r in results if r.ok})
+    else:
+        for result in results:
+            if result.ok:
+                print(f"============{result.address}============")
+                for key, value in sorted(result.value.items()):
+                    print(f"{key:<50s}=  {value}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+def update_namesrv_config(client: NamesrvClient, args: argparse.Namespace) -> int:
+    return report(args.command, args, client.update_namesrv_config({args.key: args.value}),
+                  f"update name server config {args.key}={args.value}")
+
+
+# ---- parser ----
+def _option(parser: argparse.ArgumentParser, short: str, long: str, help_text: str, required: bool = True) -> None:
+    parser.add_argument(f"-{short}", f"--{long}", dest=long, required=required, help=help_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-n", "--namesrvAddr", dest="namesrv", default=os.environ.get("NAMESRV_ADDR"),
+                        help="NameServer address list, host:port[;host:port] (default: $NAMESRV_ADDR)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    common.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for each answer (default 3)")
+    common.add_argument("--serialize-type", choices=[t.name for t in SerializeType], default="JSON",
+                        help="request header codec (default JSON)")
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="command")
+
+    def command(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=help_text, description=help_text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    sub = command("clusterList", cluster_list, "List clusters, broker groups and broker addresses.")
+    _option(sub, "c", "clusterName", "only this cluster", required=False)
+    sub = command("topicRoute", topic_route, "Examine a topic's route.")
+    _option(sub, "t", "topic", "topic name")
+    sub.add_argument("-l", "--list", action="store_true",
+                     help="accepted for mqadmin compatibility (tables are the default)")
+    sub = command("topicList", topic_list, "List every topic the NameServer knows.")
+    sub.add_argument("-c", "--clusterModel", action="store_true", help="also show the cluster of each topic")
+    sub = command("getKvConfig", get_kv_config, "Get a KV config value.")
+    _option(sub, "s", "namespace", "namespace")
+    _option(sub, "k", "key", "key")
+    sub = command("updateKvConfig", update_kv_config, "Create or update a KV config value on every NameServer.")
+    _option(sub, "s", "namespace", "namespace")
+    _option(sub, "k", "key", "key")
+    _option(sub, "v", "value", "value")
+    sub = command("deleteKvConfig", delete_kv_config, "Delete a KV config value on every NameServer.")
+    _option(sub, "s", "namespace", "namespace")
+    _option(sub, "k", "key", "key")
+    sub = command("wipeWritePerm", wipe_write_perm, "Wipe the write permission of a broker on every NameServer.")
+    _option(sub, "b", "brokerName", "broker name")
+    sub = command("addWritePerm", add_write_perm, "Restore the write permission of a broker on every NameServer.")
+    _option(sub, "b", "brokerName", "broker name")
+    sub = command("deleteTopic", delete_topic, "Delete a topic from every NameServer (not from brokers).")
+    _option(sub, "t", "topic", "topic name")
+    _option(sub, "c", "clusterName", "only remove the topic's queues on this cluster's brokers", required=False)
+    command("getNamesrvConfig", get_namesrv_config, "Print the configuration of every NameServer.")
+    sub = command("updateNamesrvConfig", update_namesrv_config, "Update a configuration key on every NameServer.")
+    _option(sub, "k", "key", "config key")
+    _option(sub, "v", "value", "config value")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        addresses = parse_namesrv_addrs(args.namesrv or "")
+    except ValueError as exc:
+        parser.error(f"-n: {exc}")
+    client = NamesrvClient(addresses, timeout=args.timeout, connect_timeout=args.timeout,
+                           serialize_type=SerializeType[args.serialize_type])
+    try:
+        return args.handler(client, args)
+    except (RemotingError, ProtocolError) as exc:
+        fail(args.command, str(exc))
+        return 1
+    finally:
+        client.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""One remoting connection: many calls in flight, matched to their responses by opaque.
+
+The hot path (`send` / `data_received`) does no logging and allocates one future per call;
+`invoke_many` pipelines a whole batch under one timer, which is what load generators use.
+Writes issued in the same event-loop turn leave in one `transport.write`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from namesrv.client.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
+from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH, FLAG_ONEWAY, SerializeType
+from namesrv.protocol.command import RemotingCommand
+from namesrv.protocol.errors import ProtocolError
+from namesrv.protocol.frame import FrameDecoder
+
+log = logging.getLogger(__name__)
+
+_OPAQUE_MASK = 0x7FFFFFFF  # opaques stay positive int32, as the cpp client does
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """Split "host:port" into (host, port); anything else is an address nobody can connect to."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise RemotingConnectError(f"bad address {address!r}: expected host:port")
+    return host.strip("[]"), int(port)
+
+
+class BaseConnection:
+    """Opaque counter, pending-call table and timeouts; subclasses only move bytes.
+
+    Responses are matched by opaque, so they may arrive in any order. When the transport
+    drops, every pending call fails with the same `RemotingConnectError` and the connection
+    stays closed (the owning client opens a new one on the next call).
+    """
+
+    def __init__(self, address: str, serialize_type: int) -> None:
+        self.address = address
+        self.serialize_type = serialize_type
+        self._loop = asyncio.get_running_loop()
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._opaque = 0
+        self._closed_error: RemotingError | None = None
+
+    # ---- what subclasses provide ----
+    def _write_command(self, request: RemotingCommand) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    async def drain(self) -> None:
+        """Wait until the transport accepts more data (only oneway floods need this)."""
+
+    # ---- calls ----
+    @property
+    def closed(self) -> bool:
+        return self._closed_error is not None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def send(self, request: RemotingCommand) -> asyncio.Future[RemotingCommand]:
+        """Queue `request` (its opaque and codec are set here) and return the future of its response.
+
+        No timeout: the caller owns the future (`invoke` and `invoke_many` add one).
+        """
+        if self._closed_error is not None:
+            raise self._closed_error
+        self._opaque = opaque = (self._opaque + 1) & _OPAQUE_MASK
+        request.opaque = opaque
+        request.serialize_type = self.serialize_type
+        future = self._loop.create_future()
+        self._pending[opaque] = future
+        try:
+            self._write_command(request)
+        except BaseException:  # e.g. a header the binary codec cannot carry: nothing was sent
+            del self._pending[opaque]
+            raise
+        return future
+
+    async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send and wait for the response, at most `timeout` seconds."""
+        future = self.send(request)
+        opaque = request.opaque
+        timer = self._loop.call_later(timeout, self._expire, opaque, timeout)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            self._pending.pop(opaque, None)
+
+    async def invoke_many(self, requests: Iterable[RemotingCommand],
+                          timeout: float) -> list[RemotingCommand | RemotingError]:
+        """Pipeline `requests` and wait for all; each slot is the response or the error of that call.
+
+        One timer covers the whole batch: whatever has not been answered `timeout` seconds after
+        sending fails with `RemotingTimeoutError`.
+        """
+        futures = []
+        opaques = []
+        for request in requests:
+            futures.append(self.send(request))
+            opaques.append(request.opaque)
+        timer = self._loop.call_later(timeout, self._expire_many, opaques, timeout)
+        try:
+            return await asyncio.gather(*futures, return_exceptions=True)
+        finally:
+            timer.cancel()
+            for opaque in opaques:
+                self._pending.pop(opaque, None)
+
+    def send_oneway(self, request: RemotingCommand) -> None:
+        """Write a oneway request; the server never answers it."""
+        if self._closed_error is not None:
+            raise self._closed_error
+        self._opaque = (self._opaque + 1) & _OPAQUE_MASK
+        request.opaque = self._opaque
+        request.flag |= FLAG_ONEWAY
+        request.serialize_type = self.serialize_type
+        self._write_command(request)
+
+    async def invoke_oneway(self, request: RemotingCommand) -> None:
+        """`send_oneway`, then wait if the transport's buffer is full."""
+        self.send_oneway(request)
+        await self.drain()
+
+    # ---- completion ----
+    def _complete(self, response: RemotingCommand) -> None:
+        future = self._pending.pop(response.opaque, None)
+        if future is not None and not future.done():
+            future.set_result(response)
+
+    def _expire(self, opaque: int, timeout: float) -> None:
+        future = self._pending.pop(opaque, None)
+        if future is not None and not future.done():
+            future.set_exception(RemotingTimeoutError(
+                f"no response from {self.address} within {timeout:g} s (opaque {opaque})"))
+
+    def _expire_many(self, opaques: list[int], timeout: float) -> None:
+        for opaque in opaques:
+            self._expire(opaque, timeout)
+
+    def _fail_all(self, error: RemotingError) -> None:
+        if self._closed_error is None:
+            self._closed_error = error
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+
+class RemotingConnection(BaseConnection, asyncio.Protocol):
+    """A TCP connection speaking RocketMQ's length-prefixed remoting frames."""
+
+    def __init__(self, address: str, serialize_type: int = SerializeType.JSON,
+                 max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> None:
+        super().__init__(address, serialize_type)
+        self._decoder = FrameDecoder(max_frame_length)
+        self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._writable: asyncio.Future[None] | None = None
+
+    @classmethod
+    async def open(cls, address: str, *, serialize_type: int = SerializeType.JSON, connect_timeout: float = 3.0,
+                   max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> RemotingConnection:
+        host, port = split_address(address)
+        connection = cls(address, serialize_type, max_frame_length)
+        try:
+            async with asyncio.timeout(connect_timeout):
+                await connection._loop.create_connection(lambda: connection, host, port)
+        except TimeoutError:
+            raise RemotingConnectError(f"connect to {address} timed out after {connect_timeout:g} s") from None
+        except OSError as exc:
+            raise RemotingConnectError(f"cannot connect to {address}: {exc.strerror or exc}") from None
+        return connection
+
+    # ---- asyncio.Protocol ----
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for frame in self._decoder.feed(data):
+                command = RemotingCommand.decode(frame)
+                if command.is_response:
+                    self._complete(command)
+                else:  # a request from the server (NOTIFY_MIN_BROKER_ID_CHANGE): nothing to do here
+                    log.debug("ignoring request code %s from %s", command.code, self.address)
+        except ProtocolError as exc:
+            log.warning("closing connection to %s: bad frame: %s", self.address, exc)
+            self._fail_all(RemotingConnectError(f"bad frame from {self.address}: {exc}"))
+            if self._transport is not None:
+                self._transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = f": {exc}" if exc else ""
+        self._fail_all(RemotingConnectError(f"connection to {self.address} closed{reason}"))
+        self._wake_writers()
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        self._wake_writers()
+
+    # ---- writing ----
+    def _write_command(self, request: RemotingCommand) -> None:
+        self._out.append(request.encode())
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if self._transport is None or self._transport.is_closing():
+            return
+        self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    async def drain(self) -> None:
+        if self._writable is not None:
+            await asyncio.shield(self._writable)
+        if self._closed_error is not None:
+            raise self._closed_error
+
+    def _wake_writers(self) -> None:
+        waiter, self._writable = self._writable, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def close(self) -> None:
+        """Close after queued writes; pending calls fail with RemotingConnectError."""
+        if self._out:
+            self._flush()
+        if self._transport is not None:
+            self._transport.close()
+        self._fail_all(RemotingConnectError(f"connection to {self.address} closed by the client"))

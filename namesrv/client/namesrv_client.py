@@ -1,0 +1,258 @@
+"""What a producer or an operator needs from a set of NameServers (RocketMQ client behaviour, reference 8.2).
+
+Reads go to one NameServer, picked round-robin from a random start and kept while it answers;
+a connect failure or timeout moves to the next one and retries there. Writes (KV, permissions,
+topic deletion, config) go to every NameServer, as mqadmin does, and report per server.
+Routes are cached and refreshed every poll interval (30 s, like `pollNameServerInterval`).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
+
+from namesrv.client.errors import MQResponseError, RemotingConnectError, RemotingError, RemotingTimeoutError
+from namesrv.client.remoting import AsyncRemotingClient
+from namesrv.client.sync import LoopThread, SyncFacade, mirror
+from namesrv.protocol.codes import PERM_WRITE, ResponseCode
+from namesrv.protocol.route import ClusterInfo, TopicList, TopicRouteData
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: The topic whose route producers borrow for topics brokers will auto-create (AUTO_CREATE_TOPIC_KEY_TOPIC).
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+#: Java's DefaultMQProducer.defaultTopicQueueNums.
+DEFAULT_TOPIC_QUEUE_NUMS = 4
+#: Java's ClientConfig.pollNameServerInterval, seconds.
+DEFAULT_POLL_INTERVAL = 30.0
+
+
+def parse_namesrv_addrs(value: str | Iterable[str]) -> list[str]:
+    """Split "a:1;b:2" (or take a list) into ["a:1", "b:2"], de-duplicated, order kept; empty is an error."""
+    items = value.split(";") if isinstance(value, str) else list(value)
+    addresses = list(dict.fromkeys(item.strip() for item in items if item and item.strip()))
+    if not addresses:
+        raise ValueError("no NameServer address given (expected host:port[;host:port...])")
+    return addresses
+
+
+@dataclass(frozen=True, slots=True)
+class ServerResult(Generic[T]):
+    """The outcome of a write on one NameServer: its value, or the error it failed with."""
+
+    address: str
+    value: T | None = None
+    error: RemotingError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageQueue:
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+def route_from_default_topic(default_route: TopicRouteData,
+                             queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS) -> TopicRouteData:
+    """The route a producer uses for a topic the broker will auto-create: TBW102's, each broker's queue
+    count cut to min(queue_nums, readQueueNums)."""
+    queue_datas = []
+    for queue_data in default_route.queue_datas:
+        nums = min(queue_nums, queue_data.read_queue_nums)
+        queue_datas.append(replace(queue_data, read_queue_nums=nums, write_queue_nums=nums))
+    return TopicRouteData(queue_datas, [broker.copy() for broker in default_route.broker_datas],
+                          dict(default_route.filter_server_table))
+
+
+def publish_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
+    """The queues a producer may send to: from orderTopicConf when set, else every writable queue of
+    brokers that have a master, brokers in name order."""
+    if route.order_topic_conf:
+        queues = []
+        for entry in route.order_topic_conf.split(";"):
+            broker_name, _, count = entry.partition(":")
+            if broker_name and count.strip().isdigit():
+                queues.extend(MessageQueue(topic, broker_name, i) for i in range(int(count)))
+        return queues
+    with_master = {broker.broker_name for broker in route.broker_datas if broker.master_addr()}
+    queues = []
+    for queue_data in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        if queue_data.perm & PERM_WRITE and queue_data.broker_name in with_master:
+            queues.extend(MessageQueue(topic, queue_data.broker_name, i) for i in range(queue_data.write_queue_nums))
+    return queues
+
+
+@dataclass(slots=True)
+class CachedRoute:
+    route: TopicRouteData
+    from_default_topic: bool
+
+
+class AsyncNamesrvClient:
+    """A NameServer client over a list of addresses; see the module docstring for the failover rules."""
+
+    def __init__(self, namesrv_addrs: str | Iterable[str], *, remoting: AsyncRemotingClient | None = None,
+                 poll_interval: float = DEFAULT_POLL_INTERVAL,
+                 default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS, **remoting_options: Any) -> None:
+        self.addresses = parse_namesrv_addrs(namesrv_addrs)
+        self._owns_remoting = remoting is None
+        self.remoting = remoting or AsyncRemotingClient(**remoting_options)
+        self.poll_interval = poll_interval
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self._index = random.randrange(len(self.addresses))
+        self._routes: dict[str, CachedRoute] = {}
+        self._poller: asyncio.Task[None] | None = None
+
+    @property
+    def current_address(self) -> str:
+        """The NameServer reads go to now."""
+        return self.addresses[self._index]
+
+    async def _on_any(self, operation: Callable[[str], Awaitable[T]]) -> T:
+        """Run on the current NameServer; on connect failure or timeout switch to the next (each tried once)."""
+        error: RemotingError | None = None
+        for _ in range(len(self.addresses)):
+            address = self.addresses[self._index]
+            try:
+                return await operation(address)
+            except (RemotingConnectError, RemotingTimeoutError) as exc:
+                error = exc
+                self._index = (self._index + 1) % len(self.addresses)
+                log.info("NameServer %s failed (%s); switching to %s", address, exc, self.current_address)
+        assert error is not None
+        raise error
+
+    async def _on_all(self, operation: Callable[[str], Awaitable[T]]) -> list[ServerResult[T]]:
+        async def one(address: str) -> ServerResult[T]:
+            try:
+                return ServerResult(address, await operation(address))
+            except RemotingError as exc:
+                return ServerResult(address, error=exc)
+        return list(await asyncio.gather(*(one(address) for address in self.addresses)))
+
+    # ---- reads (one NameServer) ----
+    async def fetch_topic_route(self, topic: str) -> TopicRouteData:
+        """The topic's own route, no fallback; MQResponseError(17) if it has none."""
+        return await self._on_any(lambda address: self.remoting.get_route_info_by_topic(address, topic))
+
+    async def get_topic_route(self, topic: str, *, use_default_topic: bool = True) -> TopicRouteData:
+        """The topic's route; for an unknown topic, TBW102's route cut to the default queue count
+        (a producer sends there and the broker auto-creates the topic)."""
+        return (await self._resolve_route(topic, use_default_topic)).route
+
+    async def _resolve_route(self, topic: str, use_default_topic: bool) -> CachedRoute:
+        try:
+            return CachedRoute(await self.fetch_topic_route(topic), False)
+        except MQResponseError as exc:
+            if exc.code != ResponseCode.TOPIC_NOT_EXIST or not use_default_topic \
+                    or topic == AUTO_CREATE_TOPIC_KEY_TOPIC:
+                raise
+        default = await self.fetch_topic_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
+        return CachedRoute(route_from_default_topic(default, self.default_topic_queue_nums), True)
+
+    async def get_cluster_info(self) -> ClusterInfo:
+        return await self._on_any(self.remoting.get_broker_cluster_info)
+
+    async def get_all_topic_list(self) -> list[str]:
+        return (await self._on_any(self.remoting.get_all_topic_list)).topic_list
+
+    async def get_topics_by_cluster(self, cluster: str) -> list[str]:
+        return (await self._on_any(lambda address: self.remoting.get_topics_by_cluster(address, cluster))).topic_list
+
+    async def get_system_topic_list(self) -> TopicList:
+        return await self._on_any(self.remoting.get_system_topic_list)
+
+    async def get_kv_config(self, namespace: str, key: str) -> str | None:
+        return await self._on_any(lambda address: self.remoting.get_kv_config(address, namespace, key))
+
+    async def get_kv_list_by_namespace(self, namespace: str) -> dict[str, str]:
+        return await self._on_any(lambda address: self.remoting.get_kv_list_by_namespace(address, namespace))
+
+    # ---- per NameServer ----
+    async def get_namesrv_configs(self) -> list[ServerResult[dict[str, str]]]:
+        return await self._on_all(self.remoting.get_namesrv_config)
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> list[ServerResult[None]]:
+        return await self._on_all(lambda address: self.remoting.put_kv_config(address, namespace, key, value))
+
+    async def delete_kv_config(self, namespace: str, key: str) -> list[ServerResult[None]]:
+        return await self._on_all(lambda address: self.remoting.delete_kv_config(address, namespace, key))
+
+    async def wipe_write_perm_of_broker(self, broker_name: str) -> list[ServerResult[int]]:
+        return await self._on_all(lambda address: self.remoting.wipe_write_perm_of_broker(address, broker_name))
+
+    async def add_write_perm_of_broker(self, broker_name: str) -> list[ServerResult[int]]:
+        return await self._on_all(lambda address: self.remoting.add_write_perm_of_broker(address, broker_name))
+
+    async def delete_topic(self, topic: str, cluster: str | None = None) -> list[ServerResult[None]]:
+        return await self._on_all(lambda address: self.remoting.delete_topic_in_namesrv(address, topic, cluster))
+
+    async def update_namesrv_config(self, properties: Mapping[str, str]) -> list[ServerResult[None]]:
+        return await self._on_all(lambda address: self.remoting.update_namesrv_config(address, properties))
+
+    # ---- route cache ----
+    async def route(self, topic: str) -> TopicRouteData:
+        """The cached route (TBW102-based for a topic not created yet), fetched on first use."""
+        cached = self._routes.get(topic)
+        if cached is None:
+            cached = self._routes[topic] = await self._resolve_route(topic, True)
+        return cached.route
+
+    async def publish_queues(self, topic: str) -> list[MessageQueue]:
+        return publish_queues(topic, await self.route(topic))
+
+    def is_default_route(self, topic: str) -> bool:
+        """True while the cached route of `topic` is borrowed from TBW102."""
+        cached = self._routes.get(topic)
+        return cached is not None and cached.from_default_topic
+
+    async def refresh_routes(self) -> None:
+        """Re-fetch every cached route; a failure keeps the old route (as RocketMQ clients do)."""
+        for topic in list(self._routes):
+            try:
+                self._routes[topic] = await self._resolve_route(topic, True)
+            except RemotingError as exc:
+                log.warning("route refresh of %s failed, keeping the old route: %s", topic, exc)
+
+    async def start(self) -> None:
+        """Start refreshing cached routes every poll interval."""
+        if self._poller is None:
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            await self.refresh_routes()
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
+        if self._owns_remoting:
+            await self.remoting.close()
+
+
+@mirror(AsyncNamesrvClient)
+class NamesrvClient(SyncFacade):
+    """Blocking twin of AsyncNamesrvClient (same methods)."""
+
+    def __init__(self, namesrv_addrs: str | Iterable[str], *, runner: LoopThread | None = None,
+                 **options: Any) -> None:
+        self._attach(AsyncNamesrvClient(namesrv_addrs, **options), runner)
+
+    @property
+    def addresses(self) -> list[str]:
+        return self._target.addresses
+
+    @property
+    def current_address(self) -> str:
+        return self._target.current_address

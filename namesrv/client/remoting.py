@@ -1,0 +1,115 @@
+"""AsyncRemotingClient: one reusable connection per address, plus every typed NameServer request."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import zmq.asyncio
+
+from namesrv.client.api import NamesrvApi
+from namesrv.client.connection import BaseConnection, RemotingConnection
+from namesrv.client.errors import RemotingError
+from namesrv.client.sync import LoopThread, SyncFacade, mirror
+from namesrv.client.zmq_connection import ZmqRemotingConnection
+from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH, SERVER_VERSION, LanguageCode, SerializeType
+from namesrv.protocol.command import RemotingCommand
+
+Transport = Literal["tcp", "zmq"]
+
+
+class AsyncRemotingClient(NamesrvApi):
+    """Calls NameServers by address ("host:port"), over TCP (RocketMQ framing) or ZeroMQ (msgpack).
+
+    A connection is opened on first use and reused; after it drops, the next call opens a new
+    one (calls in flight at the drop fail with `RemotingConnectError`). `serialize_type` picks
+    the header codec of every request (JSON or ROCKETMQ binary; ZeroMQ always uses msgpack);
+    `version` is the MQVersion ordinal requests claim (>= 401 gets standard-JSON routes).
+    """
+
+    def __init__(self, *, transport: Transport = "tcp", serialize_type: int = SerializeType.JSON,
+                 timeout: float = 3.0, connect_timeout: float = 3.0, version: int = SERVER_VERSION,
+                 language: int = LanguageCode.PYTHON, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+                 zmq_context: zmq.asyncio.Context | None = None) -> None:
+        if transport not in ("tcp", "zmq"):
+            raise ValueError(f"transport must be 'tcp' or 'zmq', got {transport!r}")
+        self.transport = transport
+        self.serialize_type = SerializeType(serialize_type)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.version = version
+        self.language = language
+        self.max_frame_length = max_frame_length
+        self._zmq_context = zmq_context
+        self._connections: dict[str, BaseConnection] = {}
+        self._connect_locks: dict[str, asyncio.Lock] = {}
+
+    def request(self, code: int, ext_fields: Mapping[str, object] | None = None,
+                body: bytes | None = None) -> RemotingCommand:
+        """A request in this client's version and language (opaque and codec are set when sent)."""
+        return RemotingCommand.request(code, dict(ext_fields) if ext_fields is not None else None, body,
+                                       version=self.version, language=self.language)
+
+    async def connection(self, address: str) -> BaseConnection:
+        """The open connection to `address`, opening one if there is none (one connect at a time)."""
+        connection = self._connections.get(address)
+        if connection is not None and not connection.closed:
+            return connection
+        lock = self._connect_locks.setdefault(address, asyncio.Lock())
+        async with lock:
+            connection = self._connections.get(address)
+            if connection is None or connection.closed:
+                connection = await self._open(address)
+                self._connections[address] = connection
+        return connection
+
+    async def _open(self, address: str) -> BaseConnection:
+        if self.transport == "zmq":
+            return await ZmqRemotingConnection.open(address, context=self._zmq_context)
+        return await RemotingConnection.open(address, serialize_type=self.serialize_type,
+                                             connect_timeout=self.connect_timeout,
+                                             max_frame_length=self.max_frame_length)
+
+    async def invoke(self, address: str, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        """Send `request` and return the response whatever its code."""
+        connection = await self.connection(address)
+        return await connection.invoke(request, self.timeout if timeout is None else timeout)
+
+    async def invoke_many(self, address: str, requests: Iterable[RemotingCommand],
+                          timeout: float | None = None) -> list[RemotingCommand | RemotingError]:
+        """Pipeline many requests on one connection; each slot is a response or that call's error."""
+        connection = await self.connection(address)
+        return await connection.invoke_many(requests, self.timeout if timeout is None else timeout)
+
+    async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
+        connection = await self.connection(address)
+        await connection.invoke_oneway(request)
+
+    async def drop_connection(self, address: str) -> None:
+        """Close the connection to `address` (a broker does this to look dead to that NameServer)."""
+        connection = self._connections.pop(address, None)
+        if connection is not None:
+            connection.close()
+
+    async def close(self) -> None:
+        """Close every connection; calls in flight fail with RemotingConnectError."""
+        for address in list(self._connections):
+            await self.drop_connection(address)
+        await asyncio.sleep(0)  # let transports run their close callbacks
+
+    async def __aenter__(self) -> AsyncRemotingClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+@mirror(AsyncRemotingClient)
+class RemotingClient(SyncFacade):
+    """Blocking twin of AsyncRemotingClient (same methods), for sync code and the admin CLI.
+
+    Pass `runner=` to share one background loop thread between several facades.
+    """
+
+    def __init__(self, *, runner: LoopThread | None = None, **options: Any) -> None:
+        self._attach(AsyncRemotingClient(**options), runner)

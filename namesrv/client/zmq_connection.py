@@ -1,0 +1,94 @@
+"""The same connection API over ZeroMQ: a DEALER socket talking msgpack commands to the ROUTER endpoint.
+
+Commands queued in one event-loop turn leave as one multipart message (one frame per command);
+each frame of a reply message is one response. ZeroMQ reconnects by itself, so a server that
+goes away shows up as timeouts rather than as a dropped connection.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import zmq
+import zmq.asyncio
+
+from namesrv.client.connection import BaseConnection
+from namesrv.client.errors import RemotingConnectError
+from namesrv.protocol.command import RemotingCommand
+from namesrv.protocol.errors import ProtocolError
+from namesrv.protocol.msgpack_codec import SERIALIZE_MSGPACK, decode_msgpack, encode_msgpack
+
+log = logging.getLogger(__name__)
+
+
+def zmq_endpoint(address: str) -> str:
+    """The ZeroMQ endpoint for "host:port" (a full endpoint such as "tcp://h:p" is kept)."""
+    return address if "://" in address else f"tcp://{address}"
+
+
+class ZmqRemotingConnection(BaseConnection):
+    """A DEALER socket connected to one namesrv ZeroMQ endpoint."""
+
+    def __init__(self, address: str, socket: zmq.asyncio.Socket) -> None:
+        super().__init__(address, SERIALIZE_MSGPACK)
+        self._socket = socket
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._reader = self._loop.create_task(self._read_loop())
+
+    @classmethod
+    async def open(cls, address: str, *, context: zmq.asyncio.Context | None = None,
+                   send_high_water_mark: int = 0) -> ZmqRemotingConnection:
+        socket = (context or zmq.asyncio.Context.instance()).socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 0)
+        if send_high_water_mark:
+            socket.setsockopt(zmq.SNDHWM, send_high_water_mark)
+        try:
+            socket.connect(zmq_endpoint(address))
+        except zmq.ZMQError as exc:
+            socket.close()
+            raise RemotingConnectError(f"cannot connect to {address}: {exc}") from None
+        return cls(address, socket)
+
+    def _write_command(self, request: RemotingCommand) -> None:
+        self._out.append(encode_msgpack(request))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if self._closed_error is not None:
+            return
+        sent = self._socket.send_multipart(out)
+        sent.add_done_callback(self._sent)
+
+    def _sent(self, future: asyncio.Future) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            self._fail_all(RemotingConnectError(f"send to {self.address} failed: {future.exception()}"))
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                for frame in await self._socket.recv_multipart():
+                    if not frame:
+                        continue  # an empty delimiter frame, if the peer adds one
+                    try:
+                        command = decode_msgpack(frame)
+                    except ProtocolError as exc:
+                        log.warning("dropping undecodable frame from %s: %s", self.address, exc)
+                        continue
+                    if command.is_response:
+                        self._complete(command)
+        except zmq.ZMQError as exc:
+            self._fail_all(RemotingConnectError(f"connection to {self.address} failed: {exc}"))
+
+    async def drain(self) -> None:
+        if self._closed_error is not None:
+            raise self._closed_error
+
+    def close(self) -> None:
+        self._fail_all(RemotingConnectError(f"connection to {self.address} closed by the client"))
+        self._reader.cancel()
+        self._socket.close(linger=0)
