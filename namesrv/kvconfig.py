@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -23,13 +24,21 @@ log = logging.getLogger(__name__)
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
 
-def write_atomically(path: str | Path, data: bytes) -> None:
-    """Replace `path` by `data`: after a crash at any point the file is the old or the new content."""
+def write_atomically(path: str | Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace `path` by `data`: after a crash at any point the file is the old or the new content.
+
+    A new file gets `mode` (less the umask); a replaced one keeps its permissions, never more
+    than `mode` (an operator's chmod 600 on a file holding a secret survives the rewrite).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        mode &= stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         try:
             view = memoryview(data)
             while view:

@@ -2,14 +2,42 @@
 `raw_connect` opens plain TCP connections that speak the remoting protocol."""
 from __future__ import annotations
 
+import importlib
+import os
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from namesrv import fastpath
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import FrameDecoder, RemotingCommand
+
+
+def cython_skip_reason() -> str | None:
+    """Why the Cython fast path cannot be tested here, or None when it can."""
+    if os.environ.get("NAMESRV_PURE_PYTHON") == "1":
+        return "NAMESRV_PURE_PYTHON=1 forces the pure-Python fast path"
+    try:
+        importlib.import_module("namesrv._fastpath")
+    except ImportError as exc:
+        return f"Cython extension not built ({exc})"
+    return None
+
+
+@pytest.fixture(scope="module", params=[
+    pytest.param("namesrv._purepath", id="python"),
+    pytest.param("namesrv._fastpath", id="cython",
+                 marks=pytest.mark.skipif(cython_skip_reason() is not None, reason=str(cython_skip_reason()))),
+])
+def each_fastpath(request: pytest.FixtureRequest) -> Iterator[object]:
+    """Route namesrv.fastpath to each implementation in turn (use with `pytest.mark.usefixtures`)."""
+    module = importlib.import_module(request.param)
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("split_frames", "decode_binary_header", "encode_binary_header", "body_crc32"):
+            patch.setattr(fastpath, name, getattr(module, name))
+        yield module
 
 
 @pytest.fixture

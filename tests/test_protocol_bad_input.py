@@ -3,8 +3,6 @@ another exception, a hang or unbounded memory. Hand-picked cases first, then hyp
 of RemotingCommand.decode and of every body decoder over random and mutated valid inputs."""
 from __future__ import annotations
 
-import importlib
-import os
 import struct
 import zlib
 
@@ -13,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from namesrv import fastpath
 from namesrv.protocol import (
     BrokerData,
     BrokerMemberGroup,
@@ -38,28 +35,7 @@ from namesrv.protocol import (
 from namesrv.protocol import jsonbody, topic
 
 
-def _cython_skip_reason() -> str | None:
-    if os.environ.get("NAMESRV_PURE_PYTHON") == "1":
-        return "NAMESRV_PURE_PYTHON=1 forces the pure-Python fast path"
-    try:
-        importlib.import_module("namesrv._fastpath")
-    except ImportError as exc:
-        return f"Cython extension not built ({exc})"
-    return None
-
-
-@pytest.fixture(scope="module", autouse=True, params=[
-    pytest.param("namesrv._purepath", id="python"),
-    pytest.param("namesrv._fastpath", id="cython",
-                 marks=pytest.mark.skipif(_cython_skip_reason() is not None, reason=str(_cython_skip_reason()))),
-])
-def fastpath_impl(request):
-    """Route namesrv.fastpath to one implementation for every test of this module."""
-    module = importlib.import_module(request.param)
-    with pytest.MonkeyPatch.context() as patch:
-        for name in ("split_frames", "decode_binary_header", "encode_binary_header", "body_crc32"):
-            patch.setattr(fastpath, name, getattr(module, name))
-        yield module
+pytestmark = pytest.mark.usefixtures("each_fastpath")
 
 
 def int32(value: int) -> bytes:

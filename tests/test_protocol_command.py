@@ -6,8 +6,6 @@ test runs once per fast-path implementation (pure Python, and Cython when it is 
 """
 from __future__ import annotations
 
-import importlib
-import os
 import struct
 
 import orjson
@@ -15,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from namesrv import fastpath
 from namesrv.protocol import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -31,28 +28,7 @@ from namesrv.protocol import (
 from namesrv.protocol.json_header import decode_json_header, encode_json_header
 
 
-def _cython_skip_reason() -> str | None:
-    if os.environ.get("NAMESRV_PURE_PYTHON") == "1":
-        return "NAMESRV_PURE_PYTHON=1 forces the pure-Python fast path"
-    try:
-        importlib.import_module("namesrv._fastpath")
-    except ImportError as exc:
-        return f"Cython extension not built ({exc})"
-    return None
-
-
-@pytest.fixture(scope="module", autouse=True, params=[
-    pytest.param("namesrv._purepath", id="python"),
-    pytest.param("namesrv._fastpath", id="cython",
-                 marks=pytest.mark.skipif(_cython_skip_reason() is not None, reason=str(_cython_skip_reason()))),
-])
-def fastpath_impl(request):
-    """Route namesrv.fastpath to one implementation for every test of this module."""
-    module = importlib.import_module(request.param)
-    with pytest.MonkeyPatch.context() as patch:
-        for name in ("split_frames", "decode_binary_header", "encode_binary_header", "body_crc32"):
-            patch.setattr(fastpath, name, getattr(module, name))
-        yield module
+pytestmark = pytest.mark.usefixtures("each_fastpath")
 
 
 def roundtrip(command: RemotingCommand) -> RemotingCommand:

@@ -2,15 +2,12 @@
 and a bad length is refused as soon as its 4 bytes are in, before the frame's data arrives."""
 from __future__ import annotations
 
-import importlib
-import os
 import struct
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from namesrv import fastpath
 from namesrv.protocol import (
     DEFAULT_MAX_FRAME_LENGTH,
     FrameDecoder,
@@ -24,28 +21,7 @@ from namesrv.protocol import (
 )
 
 
-def _cython_skip_reason() -> str | None:
-    if os.environ.get("NAMESRV_PURE_PYTHON") == "1":
-        return "NAMESRV_PURE_PYTHON=1 forces the pure-Python fast path"
-    try:
-        importlib.import_module("namesrv._fastpath")
-    except ImportError as exc:
-        return f"Cython extension not built ({exc})"
-    return None
-
-
-@pytest.fixture(scope="module", autouse=True, params=[
-    pytest.param("namesrv._purepath", id="python"),
-    pytest.param("namesrv._fastpath", id="cython",
-                 marks=pytest.mark.skipif(_cython_skip_reason() is not None, reason=str(_cython_skip_reason()))),
-])
-def fastpath_impl(request):
-    """Route namesrv.fastpath to one implementation for every test of this module."""
-    module = importlib.import_module(request.param)
-    with pytest.MonkeyPatch.context() as patch:
-        for name in ("split_frames", "decode_binary_header", "encode_binary_header", "body_crc32"):
-            patch.setattr(fastpath, name, getattr(module, name))
-        yield module
+pytestmark = pytest.mark.usefixtures("each_fastpath")
 
 
 def sample_commands() -> list[RemotingCommand]:

@@ -11,6 +11,11 @@ layer deliberately differs from RocketMQ:
   does not parse is SYSTEM_ERROR naming the field; RocketMQ logs it and runs on with null.
 * UPDATE_NAMESRV_CONFIG changes only `NamesrvConfig.remote_updatable()` keys, all-or-nothing,
   and persists the config atomically; RocketMQ accepts any key outside its black list.
+* Admin codes (`namesrv.security.ADMIN_CODES`) can be restricted to `adminAllowedNetworks` and/or
+  an `adminToken` extField (NO_PERMISSION naming the rule); RocketMQ's NameServer has no access
+  control. Both are off by default.
+* A REGISTER_BROKER body with more than `maxTopicsPerRegistration` topics is SYSTEM_ERROR, found
+  before the body is decoded; RocketMQ decodes any body that fits in a frame.
 * The single-topic registration guard (5.x) refuses without side effects (5.x first adds the
   broker name to its cluster and may create an empty broker group).
 * Not implemented: clusterTest mode, the zone route filter (ZoneRouteRPCHook; the zone name is

@@ -9,6 +9,7 @@ from namesrv.fastpath import body_crc32
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.header import RequestHeader
+from namesrv.processor.limits import topic_count_beyond
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand, wire_string
 from namesrv.protocol.route import KVTable
@@ -25,7 +26,8 @@ def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Chan
 
     Most registrations are the 30-second repeat of an unchanged topic table: those are
     recognised by a fingerprint of the raw body and never decoded (a 10,000-topic body costs
-    tens of milliseconds to decode, its SHA-1 about one).
+    tens of milliseconds to decode, its SHA-1 about one). A body to decode is first held to
+    maxTopicsPerRegistration (a repeat was held to it when it first came: the key is locked).
     """
     header = RequestHeader(request)
     identity = {"cluster_name": header.required_text("clusterName"),
@@ -48,6 +50,14 @@ def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Chan
                    request.version >= Version.V3_0_11, request.version >= Version.V5_0_0)
     result = ctx.routes.refresh_registration(body_fingerprint=fingerprint, **identity)
     if result is None:
+        limit = ctx.config.max_topics_per_registration
+        count = topic_count_beyond(limit, request.body, compressed, request.version) if limit else None
+        if count is not None:
+            log.warning("REGISTER_BROKER of %s from %s refused: %d topics, maxTopicsPerRegistration is %d",
+                        identity["broker_addr"], channel, count, limit)
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"register broker failed: {count} topics exceed "
+                                         f"maxTopicsPerRegistration={limit}")
         body = RegisterBrokerBody.decode(request.body, compressed, request.version)
         filter_servers = body.filter_server_list
         if request.body is None and request.version >= Version.V3_0_11:

@@ -4,7 +4,8 @@ UPDATE_NAMESRV_CONFIG is an unauthenticated remote write: RocketMQ's CVE-2023-33
 CVE-2023-37582 both came from it (command execution via rocketmqHome-style keys, arbitrary file
 write via configStorePath). Here it can only ever change the keys of an explicit allowlist
 (`NamesrvConfig.remote_updatable()`: feature switches, never a path, port or pool); anything else
-is refused before anything is applied or written.
+is refused before anything is applied or written. The security keys (adminAllowedNetworks,
+adminToken, maxTopicsPerRegistration) are locked: black-listed whatever configBlackList says.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def get_namesrv_config(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    """Every key, sorted; secrets (adminToken) redacted: this is not an admin request."""
     return request.make_response(ResponseCode.SUCCESS, body=ctx.config.to_text().encode("utf-8"))
 
 
@@ -50,7 +52,9 @@ def update_namesrv_config(ctx: HandlerContext, request: RemotingCommand, channel
             updated.apply(properties)
         except ConfigError as exc:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
-        write_atomically(updated.config_store_path, updated.to_text().encode("utf-8"))
+        # The file is what a restart reads: secrets in full, readable by the owner only.
+        write_atomically(updated.config_store_path, updated.to_text(reveal_secrets=True).encode("utf-8"),
+                         mode=0o600 if updated.admin_token else 0o644)
         ctx.config.apply(properties)
     log.warning("namesrv config updated by %s: %s (written to %s)", channel, properties, updated.config_store_path)
     return request.make_response(ResponseCode.SUCCESS)

@@ -14,6 +14,7 @@ from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.errors import ProtocolError
 from namesrv.routeinfo import RouteInfoManager, now_ms
+from namesrv.security import ADMIN_CODES, AdminGuard
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +60,15 @@ class RequestProcessor:
     """Decoded request in, response out; sans-IO and safe to call from many threads.
 
     `process` never raises: bad input becomes SYSTEM_ERROR with a remark naming the problem, an
-    unknown code REQUEST_CODE_NOT_SUPPORTED, and any other failure SYSTEM_ERROR with its text.
+    unknown code REQUEST_CODE_NOT_SUPPORTED, an admin request the `AdminGuard` refuses
+    NO_PERMISSION, and any other failure SYSTEM_ERROR with its text.
     """
 
     def __init__(self, config: NamesrvConfig, routes: RouteInfoManager, kv: KVConfigManager,
                  clock: Callable[[], int] = now_ms) -> None:
         self._ctx = HandlerContext(config, routes, kv, clock, clock())
+        # Read once: the security keys are locked, no request can change them.
+        self._admin_guard = AdminGuard.from_config(config)
 
     def process(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """The response to `request` (also for oneway requests: the server drops it)."""
@@ -74,7 +78,8 @@ class RequestProcessor:
             return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                          f" request type {request.code} not supported")
         try:
-            response = handler(self._ctx, request, channel)
+            refused = self._refused(request, channel)
+            response = refused if refused is not None else handler(self._ctx, request, channel)
         except (BadRequest, ProtocolError) as exc:
             log.warning("bad request code %s from %s: %s", request.code, channel, exc)
             response = request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
@@ -84,3 +89,14 @@ class RequestProcessor:
         if request.code in RESPONSE_HEADER_CODES and response.ext_fields is None:
             response.ext_fields = {}
         return response
+
+    def _refused(self, request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
+        """NO_PERMISSION for an admin request the guard refuses; None when the request may run."""
+        if request.code not in ADMIN_CODES or not self._admin_guard.restricted:
+            return None
+        refusal = self._admin_guard.refusal(request.ext_fields, channel.remote_addr)
+        if refusal is None:
+            log.info("admin request code %s from %s admitted", request.code, channel)
+            return None
+        log.warning("admin request code %s from %s refused: %s", request.code, channel, refusal)
+        return request.make_response(ResponseCode.NO_PERMISSION, refusal)
