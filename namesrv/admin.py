@@ -205,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="NameServer address list, host:port[;host:port] (default: $NAMESRV_ADDR)")
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     common.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for each answer (default 3)")
+    common.add_argument("--token", default=os.environ.get("NAMESRV_ADMIN_TOKEN"),
+                        help="admin token for NameServers that set adminToken (default: $NAMESRV_ADMIN_TOKEN; "
+                             "prefer the variable: a flag shows in ps and shell history)")
     common.add_argument("--serialize-type", choices=[t.name for t in SerializeType], default="JSON",
                         help="request header codec (default JSON)")
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
@@ -256,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(f"-n: {exc}")
     client = NamesrvClient(addresses, timeout=args.timeout, connect_timeout=args.timeout,
-                           serialize_type=SerializeType[args.serialize_type])
+                           serialize_type=SerializeType[args.serialize_type], admin_token=args.token)
     try:
         return args.handler(client, args)
     except (RemotingError, ProtocolError) as exc:

@@ -146,3 +146,19 @@ def test_runs_as_a_module_with_help() -> None:
     for command in ("clusterList", "topicRoute", "topicList", "getKvConfig", "updateKvConfig", "deleteKvConfig",
                     "wipeWritePerm", "addWritePerm", "deleteTopic", "getNamesrvConfig", "updateNamesrvConfig"):
         assert command in out
+
+
+def test_admin_token_from_the_environment_admits_admin_commands(namesrv_factory) -> None:
+    token = "s3cret-admin-token-0123"
+    server = namesrv_factory(adminToken=token)
+    refused = admin("updateKvConfig", "-n", server.address, "-s", "NS", "-k", "k", "-v", "v", check=1)
+    assert "adminToken is missing" in refused.stderr and token not in refused.stderr
+    env = {k: v for k, v in os.environ.items() if k != "NAMESRV_ADDR"}
+    env["NAMESRV_ADMIN_TOKEN"] = token
+    result = subprocess.run([sys.executable, "-m", "namesrv.admin", "updateKvConfig", "-n", server.address,
+                             "-s", "NS", "-k", "k", "-v", "v"], capture_output=True, text=True, cwd=ROOT, env=env,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert admin_json("getKvConfig", "-n", server.address, "-s", "NS", "-k", "k")["value"] == "v"
+    wrong = admin("deleteKvConfig", "-n", server.address, "-s", "NS", "-k", "k", "--token", "x" * 20, check=1)
+    assert "does not match" in wrong.stderr

@@ -14,6 +14,7 @@ from namesrv.client.sync import LoopThread, SyncFacade, mirror
 from namesrv.client.zmq_connection import ZmqRemotingConnection
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH, SERVER_VERSION, LanguageCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
+from namesrv.security import ADMIN_CODES, ADMIN_TOKEN_FIELD
 
 Transport = Literal["tcp", "zmq"]
 
@@ -24,13 +25,14 @@ class AsyncRemotingClient(NamesrvApi):
     A connection is opened on first use and reused; after it drops, the next call opens a new
     one (calls in flight at the drop fail with `RemotingConnectError`). `serialize_type` picks
     the header codec of every request (JSON or ROCKETMQ binary; ZeroMQ always uses msgpack);
-    `version` is the MQVersion ordinal requests claim (>= 401 gets standard-JSON routes).
+    `version` is the MQVersion ordinal requests claim (>= 401 gets standard-JSON routes);
+    `admin_token` is added to admin requests for NameServers that require it (adminToken).
     """
 
     def __init__(self, *, transport: Transport = "tcp", serialize_type: int = SerializeType.JSON,
                  timeout: float = 3.0, connect_timeout: float = 3.0, version: int = SERVER_VERSION,
                  language: int = LanguageCode.PYTHON, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
-                 zmq_context: zmq.asyncio.Context | None = None) -> None:
+                 zmq_context: zmq.asyncio.Context | None = None, admin_token: str | None = None) -> None:
         if transport not in ("tcp", "zmq"):
             raise ValueError(f"transport must be 'tcp' or 'zmq', got {transport!r}")
         self.transport = transport
@@ -41,14 +43,17 @@ class AsyncRemotingClient(NamesrvApi):
         self.language = language
         self.max_frame_length = max_frame_length
         self._zmq_context = zmq_context
+        self.admin_token = admin_token or None
         self._connections: dict[str, BaseConnection] = {}
         self._connect_locks: dict[str, asyncio.Lock] = {}
 
     def request(self, code: int, ext_fields: Mapping[str, object] | None = None,
                 body: bytes | None = None) -> RemotingCommand:
         """A request in this client's version and language (opaque and codec are set when sent)."""
-        return RemotingCommand.request(code, dict(ext_fields) if ext_fields is not None else None, body,
-                                       version=self.version, language=self.language)
+        fields = dict(ext_fields) if ext_fields is not None else None
+        if self.admin_token is not None and code in ADMIN_CODES:
+            fields = {**(fields or {}), ADMIN_TOKEN_FIELD: self.admin_token}
+        return RemotingCommand.request(code, fields, body, version=self.version, language=self.language)
 
     async def connection(self, address: str) -> BaseConnection:
         """The open connection to `address`, opening one if there is none (one connect at a time)."""
