@@ -23,8 +23,31 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# `make bench`: a fresh namesrv (namesrv.launcher), a 30-s mixed open-loop storm against it, the Spark report.
+# The fleet: 128 brokers (64 masters + 64 slaves, 2 clusters, 200 topics of 8 queues) registering every 2 s
+# and heartbeating every 1 s, plus 5000 clients asking for a random topic's route every 1 s.
+BENCH_OUT := runs/bench-$(shell date +%Y%m%d-%H%M%S)
+BENCH_STORM ?= --duration 30 --warmup 5 --brokers 128 --topics 200 --queues 8 --clusters 2 --register-period 2 \
+	--heartbeat-period 1 --route-clients 5000 --route-poll-period 1
+bench: $(STAMP)
+	$(BIN)/python bench/heartbeat_storm.py --launch --runs-dir $(BENCH_OUT) --run-id storm $(BENCH_STORM)
+	$(BIN)/python bench/spark_report.py $(BENCH_OUT)/storm --out $(BENCH_OUT)/report
+	@echo "bench report: $(BENCH_OUT)/report/report.html (run directory $(BENCH_OUT)/storm)"
+
 codec-bench: $(STAMP)
 	$(BIN)/python -m pytest bench/codec_bench.py -q -s --benchmark-disable-gc
 
 clean:
 	rm -rf build $(VENV) namesrv/*.so namesrv/_fastpath.c .pytest_cache .benchmarks
+
+# `make fuzz`: the atheris harnesses in fuzz/ for FUZZ_SECONDS in all; crash inputs land in fuzz/crashes/.
+FUZZ_SECONDS ?= 60
+FUZZ_STAMP := $(VENV)/.fuzz-installed
+
+$(FUZZ_STAMP): requirements-fuzz.txt $(STAMP)
+	$(BIN)/pip install --quiet -r requirements-fuzz.txt
+	touch $(FUZZ_STAMP)
+
+.PHONY: fuzz
+fuzz: $(FUZZ_STAMP)
+	$(BIN)/python -m fuzz.run --seconds $(FUZZ_SECONDS)

@@ -1,0 +1,1 @@
+"""Benchmarks: codec micro-benchmarks, the heartbeat storm, thread sweeps and the Spark report."""

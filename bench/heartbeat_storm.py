@@ -1,0 +1,452 @@
+"""Heartbeat storm: a simulated RocketMQ fleet against any RocketMQ-protocol NameServer.
+
+    python bench/heartbeat_storm.py --address 127.0.0.1:9876 --duration 30 --brokers 64 --register-period 1 \
+        --heartbeat-period 1 --route-clients 2000 --route-poll-period 1
+
+B brokers (masters + slaves of C clusters, T topics of Q queues each) register every P seconds
+(and optionally heartbeat), and R clients poll routes of random topics, spread over worker
+processes. Open loop (default): each request kind is sent at the fleet's rate and latency counts
+from the *intended* send time (no coordinated omission, as wrk2 and OpenMessaging Benchmark do).
+Closed loop (--mode closed): a fixed number of requests in flight per connection, for maximum
+throughput. Warm-up is excluded. The run directory (see bench/storm/rundir.py) feeds
+bench/spark_report.py.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import multiprocessing
+import os
+import platform
+import queue
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import psutil
+from tqdm import tqdm
+
+if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import namesrv  # noqa: E402
+from bench.storm.fleet import HEARTBEAT, REGISTER, ROUTE, FleetShape  # noqa: E402
+from bench.storm.hdr import new_histogram  # noqa: E402
+from bench.storm.probe import probe_server  # noqa: E402
+from bench.storm.resources import ResourceSampler, find_listening_pid  # noqa: E402
+from bench.storm.rundir import SEND_DELAY_WARNING_US, RunRecorder, request_name, thread_config  # noqa: E402
+from bench.storm.worker import SECOND, WorkerPlan, worker_main  # noqa: E402
+from namesrv import fastpath  # noqa: E402
+from namesrv.launcher import NamesrvProcess, NamesrvStartError  # noqa: E402
+
+log = logging.getLogger("heartbeat_storm")
+
+MAX_DURATION_S = 3600.0
+MAX_WARMUP_S = 600.0
+
+
+@dataclass
+class StormSettings:
+    """Everything one storm run needs; the CLI fills it, sweep.py and tests build it directly."""
+
+    address: str = "127.0.0.1:9876"
+    fleet: FleetShape = field(default_factory=FleetShape)
+    mode: str = "open"
+    duration_s: float = 30.0
+    warmup_s: float = 5.0
+    drain_s: float = 5.0
+    workers: int = 1
+    connections: int = 4
+    in_flight: int = 32
+    max_requests: int = 20_000_000
+    runs_dir: Path = Path("runs")
+    run_id: str | None = None
+    server_pid: int | None = None
+    allow_remote: bool = False
+    progress: bool = True
+    seed: int = 1
+    extra_meta: dict = field(default_factory=dict)
+    #: Start a fresh namesrv (namesrv.launcher) with these config overrides for this run; None = use `address`.
+    launch: dict[str, str] | None = None
+
+    def validate(self) -> tuple[str, int]:
+        """(host, port) of the target, or ValueError naming what is wrong."""
+        host, sep, port = self.address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"address {self.address!r} must be host:port")
+        host = host.strip("[]")
+        if not self.allow_remote and not ipaddress.ip_address(socket.gethostbyname(host)).is_loopback:
+            raise ValueError(f"{host} is not a loopback address; pass --allow-remote to storm another host")
+        if self.mode not in ("open", "closed"):
+            raise ValueError("mode must be open or closed")
+        if not 0 < self.duration_s <= MAX_DURATION_S or not 0 <= self.warmup_s <= MAX_WARMUP_S:
+            raise ValueError(f"duration must be in (0, {MAX_DURATION_S:g}] s and warm-up in [0, {MAX_WARMUP_S:g}] s")
+        if not 1 <= self.workers <= 64 or not 1 <= self.connections <= 1024 or not 1 <= self.in_flight <= 4096:
+            raise ValueError("workers must be 1..64, connections 1..1024, in-flight 1..4096")
+        if self.mode == "open":
+            planned = sum(self.fleet.rates().values()) * (self.warmup_s + self.duration_s)
+            if planned > self.max_requests:
+                raise ValueError(f"the open loop would send {planned:,.0f} requests, over --max-requests "
+                                 f"{self.max_requests:,}")
+        return host, int(port)
+
+
+@dataclass
+class StormResult:
+    run_dir: Path
+    summary: list[dict]
+
+
+def run_storm(settings: StormSettings) -> StormResult:
+    """Run one storm and write its run directory; raises if a worker fails.
+
+    With `settings.launch`, a fresh namesrv is started for the run and stopped after it; its log
+    is kept in the run directory as server.log.
+    """
+    settings.validate()  # before a server is started for nothing
+    if settings.launch is None:
+        return _storm(settings)
+    with tempfile.TemporaryDirectory(prefix="storm-namesrv-") as workdir:
+        server = NamesrvProcess(settings.launch, workdir=workdir)
+        with server:
+            result = _storm(replace(settings, address=server.address, server_pid=server.pid,
+                                    extra_meta={**settings.extra_meta, "launched": {"overrides": settings.launch}}))
+        shutil.copyfile(server.log_path, result.run_dir / "server.log")
+    return result
+
+
+def _storm(settings: StormSettings) -> StormResult:
+    host, port = settings.validate()
+    facts = probe_server(host, port)
+    if facts.problem and not facts.config and facts.version_ordinal is None:
+        raise ConnectionError(f"no NameServer at {settings.address}: {facts.problem}")
+    server_pid = settings.server_pid or find_listening_pid(port)
+    run_id = settings.run_id or f"storm-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    run = RunRecorder(run_id)
+    plans = _plans(settings, host, port)
+    context = multiprocessing.get_context("spawn")
+    messages = context.Queue()
+    go = context.Event()
+    start_value = context.Value("q", 0)
+    processes = [context.Process(target=worker_main, args=(plan, messages, go, start_value),
+                                 name=f"storm-worker-{plan.index}", daemon=True) for plan in plans]
+    load_before = os.getloadavg()
+    for process in processes:
+        process.start()
+    sampler = None
+    try:
+        warmup_answers = _wait_ready(messages, len(processes), processes)
+        start_ns = time.monotonic_ns() + SECOND // 5
+        measure_start_ns = start_ns + int(settings.warmup_s * SECOND)
+        start_epoch_s = time.time() + (measure_start_ns - time.monotonic_ns()) / SECOND
+        start_value.value = start_ns
+        go.set()
+        trees = {"generator": lambda: [p.pid for p in processes if p.pid]}
+        if server_pid:
+            trees["server"] = lambda: [server_pid]
+        sampler = ResourceSampler(trees, run.add_resource, measure_start_ns)
+        sampler.start()
+        done = _collect(settings, run, messages, processes, measure_start_ns)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+                process.join()
+    summary = summarize(run, settings.duration_s)
+    meta = {
+        "tool": "bench/heartbeat_storm.py",
+        "started_at": datetime.fromtimestamp(start_epoch_s, timezone.utc).isoformat(timespec="milliseconds"),
+        "start_epoch_s": start_epoch_s,
+        "mode": settings.mode, "duration_s": settings.duration_s, "warmup_s": settings.warmup_s,
+        "drain_s": settings.drain_s,
+        "load": {"workers": settings.workers, "connections_per_worker": settings.connections,
+                 "in_flight_per_connection": settings.in_flight if settings.mode == "closed" else None,
+                 "rates_per_s" if settings.mode == "open" else "weights":
+                     {request_name(c): r for c, r in settings.fleet.rates().items()},
+                 "max_requests": settings.max_requests, "seed": settings.seed,
+                 "latency_from": "intended send time" if settings.mode == "open" else "send time",
+                 "bring_up_responses": warmup_answers,
+                 "workers_done": done},
+        "fleet": settings.fleet.describe(),
+        "server": _server_meta(settings.address, server_pid, facts),
+        "host": _host_meta(load_before),
+        "generator": {"python": platform.python_version(), "namesrv_package": namesrv.__version__,
+                      "fastpath": fastpath.IMPLEMENTATION, "hdrhistogram": metadata.version("hdrhistogram")},
+        "summary": summary,
+        **settings.extra_meta,
+    }
+    run_dir = run.write(settings.runs_dir / run_id, meta, start_epoch_s)
+    return StormResult(run_dir, summary)
+
+
+def _plans(settings: StormSettings, host: str, port: int) -> list[WorkerPlan]:
+    """Split the fleet: brokers round-robin over workers, rates in proportion, the request cap evenly."""
+    fleet = settings.fleet
+    rates = fleet.rates()
+    plans = []
+    for index in range(settings.workers):
+        brokers = len(range(index, fleet.brokers, settings.workers))
+        share = {code: rate * (brokers / fleet.brokers if code != ROUTE else 1 / settings.workers)
+                 for code, rate in rates.items()}
+        plans.append(WorkerPlan(
+            index=index, workers=settings.workers, host=host, port=port, fleet=fleet, mode=settings.mode,
+            rates=share if settings.mode == "open" else {}, weights=rates if settings.mode == "closed" else {},
+            connections=settings.connections, in_flight=settings.in_flight, warmup_s=settings.warmup_s,
+            duration_s=settings.duration_s, drain_s=settings.drain_s,
+            max_requests=settings.max_requests // settings.workers, seed=settings.seed))
+    return plans
+
+
+def _wait_ready(messages, count: int, processes) -> dict[str, int]:
+    """Wait until every worker connected and brought its brokers up; their answers by response code."""
+    answers: dict[str, int] = {}
+    ready = 0
+    deadline = time.monotonic() + 120
+    while ready < count:
+        kind, worker, payload = _next_message(messages, deadline, processes)
+        if kind == "ready":
+            ready += 1
+            for name, n in payload.items():
+                answers[name] = answers.get(name, 0) + n
+    if set(answers) - {"SUCCESS"}:
+        log.warning("bring-up registrations were not all answered SUCCESS: %s", answers)
+    return answers
+
+
+def _next_message(messages, deadline: float, processes) -> tuple:
+    while True:
+        try:
+            message = messages.get(timeout=0.25)
+        except queue.Empty:
+            if time.monotonic() > deadline:
+                raise TimeoutError("storm workers stopped reporting") from None
+            dead = [p for p in processes if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"storm worker {dead[0].name} died with exit code {dead[0].exitcode}")
+            continue
+        if message[0] == "error":
+            raise RuntimeError(f"storm worker {message[1]} failed:\n{message[2]}")
+        if message[0] == "delta":
+            return "delta", message[1].worker, message[1]
+        return message
+
+
+def _collect(settings: StormSettings, run: RunRecorder, messages, processes, measure_start_ns: int) -> list[dict]:
+    """Merge deltas until every worker is done; drive the progress bar meanwhile."""
+    total_s = settings.warmup_s + settings.duration_s
+    deadline = time.monotonic() + total_s + settings.drain_s + 60
+    done: list[dict] = []
+    sent_this_second = 0
+    bar = tqdm(total=round(total_s), unit="s", disable=not settings.progress, dynamic_ncols=True,
+               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} s [{elapsed}<{remaining}{postfix}]")
+    shown_second = -int(settings.warmup_s)
+    try:
+        while len(done) < len(processes):
+            kind, _, payload = _next_message(messages, deadline, processes)
+            if kind == "delta":
+                payload.apply_to(run)
+                sent_this_second += payload.sent
+            elif kind == "done":
+                done.append(payload)
+            second = (time.monotonic_ns() - measure_start_ns) // SECOND
+            if second > shown_second and bar.n < bar.total:
+                bar.update(min(second - shown_second, bar.total - bar.n))
+                bar.set_postfix_str(_progress_text(run, second - 1, sent_this_second), refresh=True)
+                shown_second, sent_this_second = second, 0
+    finally:
+        bar.close()
+    return done
+
+
+_SHORT_NAMES = {REGISTER: "register", HEARTBEAT: "heartbeat", ROUTE: "route"}
+
+
+def _progress_text(run: RunRecorder, interval: int, sent: int) -> str:
+    if interval < 0:
+        return f"warm-up, sent {sent}/s"
+    parts = [f"sent {sent}/s"]
+    for code in run.request_codes():
+        histogram = run.interval_histogram("latency", interval, code)
+        if histogram is not None and histogram.get_total_count():
+            parts.append(f"{_SHORT_NAMES.get(code, request_name(code))} {histogram.get_total_count()}/s "
+                         f"p99 {histogram.get_value_at_percentile(99) / 1000:.1f}ms")
+    return ", ".join(parts)
+
+
+def summarize(run: RunRecorder, duration_s: float) -> list[dict]:
+    """Per request code: throughput and percentiles of the merged run histogram, errors."""
+    counts = run.response_counts()
+    rows = []
+    everything = new_histogram()
+    for code in run.request_codes():
+        histogram = run.merged("latency", code)
+        everything.add(histogram)
+        requests = sum(n for (c, _), n in counts.items() if c == code)
+        errors = sum(n for (c, r), n in counts.items() if c == code and r != 0)
+        rows.append(_row(request_name(code), histogram, duration_s, requests, errors,
+                         run.merged("send_delay", code).get_value_at_percentile(99)))
+    if len(rows) > 1:
+        requests = sum(counts.values())
+        errors = sum(n for (_, r), n in counts.items() if r != 0)
+        rows.append(_row("ALL", everything, duration_s, requests, errors, None))
+    return rows
+
+
+def _row(name: str, histogram, duration_s: float, requests: int, errors: int, send_delay_p99: int | None) -> dict:
+    def ms(p: float) -> float:
+        return histogram.get_value_at_percentile(p) / 1000.0
+
+    return {"request": name, "requests": requests, "answered": histogram.get_total_count(),
+            "throughput_per_s": histogram.get_total_count() / duration_s,
+            "p50_ms": ms(50), "p99_ms": ms(99), "p99_9_ms": ms(99.9), "max_ms": histogram.get_max_value() / 1000.0,
+            "errors": errors, "send_delay_p99_ms": None if send_delay_p99 is None else send_delay_p99 / 1000.0}
+
+
+def format_summary(rows: list[dict]) -> str:
+    """The end-of-run table, plus a warning when the generator itself sent late."""
+    header = f"{'request':<24}{'answered':>10}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}" \
+             f"{'max ms':>9}{'errors':>8}"
+    lines = [header]
+    for row in rows:
+        lines.append(f"{row['request']:<24}{row['answered']:>10}{row['throughput_per_s']:>10.0f}{row['p50_ms']:>9.3f}"
+                     f"{row['p99_ms']:>9.3f}{row['p99_9_ms']:>10.3f}{row['max_ms']:>9.3f}{row['errors']:>8}")
+    delays = [row["send_delay_p99_ms"] for row in rows if row["send_delay_p99_ms"] is not None]
+    if delays and max(delays) * 1000 > SEND_DELAY_WARNING_US:
+        lines.append(f"note: the generator sent up to {max(delays):.1f} ms late (send delay p99): the latencies above "
+                     "include that lag (CPU contention on this host, or too few --workers)")
+    return "\n".join(lines)
+
+
+def _server_meta(address: str, pid: int | None, facts) -> dict:
+    cmdline: list[str] = []
+    if pid:
+        try:
+            cmdline = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            cmdline = []
+    joined = " ".join(cmdline)
+    if cmdline and Path(cmdline[0]).name.startswith("java"):
+        implementation = "java"  # Apache RocketMQ's NamesrvStartup (its class path says "namesrv" too)
+    elif "namesrv" in joined:
+        implementation = "namesrv"
+    else:
+        implementation = "unknown"
+    return {"address": address, "pid": pid, "cmdline": cmdline, "implementation": implementation,
+            "namesrv_version": namesrv.__version__ if implementation == "namesrv" else None,
+            "version_ordinal": facts.version_ordinal, "version": facts.version, "config": facts.config,
+            "thread_config": thread_config(facts.config), "probe_problem": facts.problem}
+
+
+def _host_meta(load_before: tuple[float, float, float]) -> dict:
+    model = ""
+    try:
+        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"hostname": platform.node(), "platform": platform.platform(), "cpu_model": model,
+            "cpu_count": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
+            "loadavg_before": list(load_before), "loadavg_after": list(os.getloadavg())}
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
+    """The storm's options (sweep.py reuses them as a parent parser)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=add_help,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    defaults = FleetShape()
+    target = parser.add_argument_group("target and run")
+    target.add_argument("--address", default="127.0.0.1:9876", help="NameServer host:port")
+    target.add_argument("--launch", action="store_true",
+                        help="start a fresh namesrv on a free 127.0.0.1 port for this run (ignores --address)")
+    target.add_argument("--server-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --launch: a namesrv config override (repeatable)")
+    target.add_argument("--allow-remote", action="store_true", help="allow a non-loopback target")
+    target.add_argument("--server-pid", type=int, help="pid to sample (default: whoever listens on the port)")
+    target.add_argument("--mode", choices=("open", "closed"), default="open")
+    target.add_argument("--duration", type=float, default=30.0, help="measured seconds")
+    target.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds before")
+    target.add_argument("--drain", type=float, default=5.0, help="seconds to wait for late answers")
+    target.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2),
+                        help="generator processes")
+    target.add_argument("--connections", type=int, default=4, help="connections per worker")
+    target.add_argument("--in-flight", type=int, default=32, help="closed loop: requests in flight per connection")
+    target.add_argument("--max-requests", type=int, default=20_000_000, help="hard cap on requests sent")
+    target.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where the run directory goes")
+    target.add_argument("--run-id", help="run directory name (default: storm-<time>-<random>)")
+    target.add_argument("--seed", type=int, default=1)
+    target.add_argument("--no-progress", action="store_true", help="no progress bar")
+    fleet = parser.add_argument_group("fleet shape")
+    fleet.add_argument("--brokers", type=int, default=defaults.brokers, help="brokers, masters and slaves")
+    fleet.add_argument("--slaves-per-master", type=int, default=defaults.slaves_per_master)
+    fleet.add_argument("--topics", type=int, default=defaults.topics_per_broker, help="topics per broker")
+    fleet.add_argument("--queues", type=int, default=defaults.queues_per_topic, help="queues per topic")
+    fleet.add_argument("--clusters", type=int, default=defaults.clusters)
+    fleet.add_argument("--register-period", type=float, default=defaults.register_period_s,
+                       help="seconds between a broker's registrations (RocketMQ: 30; 0 = off)")
+    fleet.add_argument("--heartbeat-period", type=float, default=defaults.heartbeat_period_s,
+                       help="seconds between a broker's BROKER_HEARTBEATs (acting master: 1; 0 = off)")
+    fleet.add_argument("--route-clients", type=int, default=defaults.route_clients)
+    fleet.add_argument("--route-poll-period", type=float, default=defaults.route_poll_period_s,
+                       help="seconds between a client's route queries (RocketMQ: 30; 0 = off)")
+    fleet.add_argument("--register-churn", type=float, default=defaults.register_churn,
+                       help="share of registrations carrying a changed topic-table version (0..1)")
+    fleet.add_argument("--serialize", choices=("json", "rocketmq"), default=defaults.serialize,
+                       help="request header codec")
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> StormSettings:
+    fleet = FleetShape(brokers=args.brokers, slaves_per_master=args.slaves_per_master, topics_per_broker=args.topics,
+                       queues_per_topic=args.queues, clusters=args.clusters, register_period_s=args.register_period,
+                       heartbeat_period_s=args.heartbeat_period, route_clients=args.route_clients,
+                       route_poll_period_s=args.route_poll_period, register_churn=args.register_churn,
+                       serialize=args.serialize)
+    return StormSettings(address=args.address, fleet=fleet, mode=args.mode, duration_s=args.duration,
+                         warmup_s=args.warmup, drain_s=args.drain, workers=args.workers, connections=args.connections,
+                         in_flight=args.in_flight, max_requests=args.max_requests, runs_dir=args.runs_dir,
+                         run_id=args.run_id, server_pid=args.server_pid, allow_remote=args.allow_remote,
+                         progress=not args.no_progress, seed=args.seed,
+                         launch=parse_overrides(args.server_set) if args.launch else None)
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """["key=value", ...] -> {key: value}; a missing "=" is a clear error."""
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--server-set {item!r} must be KEY=VALUE")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        settings = settings_from_args(args)
+        result = run_storm(settings)
+    except (ValueError, ConnectionError, NamesrvStartError) as exc:
+        print(f"heartbeat_storm: {exc}", file=sys.stderr)
+        return 2
+    print(format_summary(result.summary))
+    print(f"run directory: {result.run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,464 @@
+"""Spark report over heartbeat-storm run directories: one self-contained report.html plus CSV tables.
+
+    python bench/spark_report.py runs/storm-* --out reports/latest
+    spark-submit --master yarn bench/spark_report.py hdfs:///bench/runs/a hdfs:///bench/runs/b --out report
+
+Only the driver runs this repository's code (it finds `bench` and `namesrv` next to this file);
+executors run built-in Spark SQL functions only, so a cluster needs no Python packages of ours.
+
+Percentiles always come from *merged histograms*: the runs' non-empty HDR buckets are summed per
+bucket and the percentile is read off the cumulative counts with HdrHistogram's own rule, so a
+report's p99 over many intervals or runs is exactly what HdrHistogram would say for the union of
+their samples (percentiles are never averaged). Runs with the same thread configuration are
+merged the same way in the configuration table; a sweep gets heatmaps by configuration.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.storm import svgplot  # noqa: E402
+from bench.storm.rundir import SEND_DELAY_WARNING_US, response_name, thread_config  # noqa: E402
+
+log = logging.getLogger("spark_report")
+
+#: Percentiles of the summary tables.
+SUMMARY_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+#: Percentiles of the latency spectrum plot (plus 100 = max).
+SPECTRUM_PERCENTILES = (0.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.995, 99.999, 100.0)
+
+
+def percentile_column(p: float) -> str:
+    """50 -> p50, 99.9 -> p99_9 (column names Spark and CSV readers accept)."""
+    return "p" + f"{p:g}".replace(".", "_")
+
+
+def merged_percentiles(buckets: DataFrame, keys: Sequence[str], percentiles: Sequence[float]) -> DataFrame:
+    """Per group of `keys`: count, the given percentiles and max, from merged HDR buckets.
+
+    HdrHistogram's rule (hdrh `get_value_at_percentile`): target = max(int(p * total / 100 + 0.5), 1);
+    the answer is the highest equivalent value of the first bucket whose cumulative count reaches
+    the target (the lowest equivalent value for p = 0). Same double arithmetic, same order.
+    """
+    merged = buckets.groupBy(*keys, "value_lo", "value_hi").agg(F.sum("count").alias("count"))
+    group = Window.partitionBy(*keys)
+    running = group.orderBy("value_lo").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    merged = merged.withColumn("total", F.sum("count").over(group)).withColumn("cum", F.sum("count").over(running))
+    aggregates = [F.max("total").alias("count")]
+    for p in percentiles:
+        target = F.greatest(F.floor(F.lit(float(min(p, 100.0))) * F.col("total") / F.lit(100.0) + F.lit(0.5)),
+                            F.lit(1))
+        value = F.col("value_hi") if p > 0 else F.col("value_lo")
+        aggregates.append(F.min(F.when(F.col("cum") >= target, value)).alias(percentile_column(p)))
+    aggregates.append(F.max("value_hi").alias("max"))
+    return merged.groupBy(*keys).agg(*aggregates)
+
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run directory's identity and meta.json."""
+
+    run_id: str
+    uri: str
+    meta: dict
+
+    @property
+    def config(self) -> dict[str, str]:
+        """The thread configuration the run is compared by: the sweep point, else the server's pools."""
+        sweep = self.meta.get("sweep") or {}
+        if sweep.get("point"):
+            point = sweep["point"]
+            return {k: str(point[k]) for k in sweep.get("keys") or sorted(point)}
+        threads = (self.meta.get("server") or {}).get("thread_config") or {}
+        return {k: str(v) for k, v in thread_config(threads).items()}  # meta.json sorts keys: restore the order
+
+    @property
+    def config_label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.config.items()) or "unknown"
+
+
+def normalize_uri(location: str) -> str:
+    """Local paths become absolute file: URIs; anything with a scheme (hdfs:, s3a:, file:) is kept."""
+    if urlparse(location).scheme and not (len(location) > 1 and location[1] == ":"):
+        return location.rstrip("/")
+    return Path(location).resolve().as_uri()
+
+
+def load_runs(spark: SparkSession, locations: Sequence[str]) -> list[Run]:
+    """Each location's meta.json, read through Spark (so any Hadoop-compatible file system works)."""
+    uris = [normalize_uri(location) for location in locations]
+    for uri in uris:  # a clear message for the common case, before Spark's stack trace
+        if uri.startswith("file:") and not Path(urlparse(uri).path, "meta.json").is_file():
+            raise FileNotFoundError(f"{urlparse(uri).path} has no meta.json: not a storm run directory")
+    texts = dict(spark.sparkContext.wholeTextFiles(",".join(f"{uri}/meta.json" for uri in uris)).collect())
+    runs = []
+    for uri in uris:
+        wanted = _tail(uri) + "/meta.json"
+        text = next((body for path, body in texts.items() if path.rstrip("/").endswith(wanted)), None)
+        if text is None:
+            raise FileNotFoundError(f"{uri} has no meta.json: not a storm run directory")
+        meta = json.loads(text)
+        runs.append(Run(meta["run_id"], uri, meta))
+    seen: dict[str, str] = {}
+    for run in runs:
+        if run.run_id in seen:
+            raise ValueError(f"run {run.run_id} given twice ({seen[run.run_id]} and {run.uri})")
+        seen[run.run_id] = run.uri
+    return runs
+
+
+def _tail(uri: str) -> str:
+    return urlparse(uri).path.rstrip("/")
+
+
+# ---------------------------------------------------------------- tables
+
+
+@dataclass
+class ReportTables:
+    runs: pd.DataFrame
+    summary: pd.DataFrame
+    configurations: pd.DataFrame
+    errors: pd.DataFrame
+    intervals: pd.DataFrame
+    spectrum: pd.DataFrame
+    resources: pd.DataFrame
+    sweep: pd.DataFrame
+
+    def items(self) -> list[tuple[str, pd.DataFrame]]:
+        return [(name, getattr(self, name)) for name in
+                ("runs", "summary", "configurations", "errors", "intervals", "spectrum", "resources", "sweep")]
+
+
+def compute_tables(spark: SparkSession, runs: Sequence[Run]) -> ReportTables:
+    """Every table of the report.
+
+    The bucket merging and percentile reading happen in Spark (they scale with the data); the
+    small per-run/per-configuration results are then joined in pandas, which keeps the number of
+    Spark jobs — each costing a scheduling round trip — low.
+    """
+    histograms = spark.read.parquet(*[f"{run.uri}/histograms.parquet" for run in runs])
+    responses = spark.read.parquet(*[f"{run.uri}/responses.parquet" for run in runs])
+    resources = spark.read.parquet(*[f"{run.uri}/resources.parquet" for run in runs])
+    labels = spark.createDataFrame([(run.run_id, run.config_label) for run in runs], "run_id string, config string")
+    latency = histograms.filter(F.col("metric") == "latency").join(F.broadcast(labels), "run_id").cache()
+    run_info = pd.DataFrame({"run_id": [run.run_id for run in runs], "config": [run.config_label for run in runs],
+                             "duration_s": [float(run.meta["duration_s"]) for run in runs]})
+
+    percentiles = sorted(set(SPECTRUM_PERCENTILES) | set(SUMMARY_PERCENTILES))
+    per_run = merged_percentiles(latency, ["run_id", "request"], percentiles).toPandas()
+    per_config = merged_percentiles(latency, ["config", "request"], SUMMARY_PERCENTILES).toPandas()
+    send_delay = (merged_percentiles(histograms.filter(F.col("metric") == "send_delay"), ["run_id", "request"],
+                                     (99.0,)).toPandas().rename(columns={"p99": "send_delay_p99"}))
+    per_interval = (merged_percentiles(latency, ["run_id", "request", "interval_start", "interval_length"],
+                                       (50.0, 99.0))
+                    .withColumn("throughput_per_s", F.col("count") / F.col("interval_length"))
+                    .select("run_id", "request", "interval_start", "throughput_per_s", "count", "p50", "p99", "max")
+                    .orderBy("run_id", "request", "interval_start").toPandas())
+    errors = (responses.groupBy("run_id", "request", "response_code").agg(F.sum("count").alias("count"))
+              .orderBy("run_id", "request", "response_code").toPandas())
+    resource_table = resources.orderBy("run_id", "process", "t").toPandas()
+    latency.unpersist()
+
+    errors["share"] = errors["count"] / errors.groupby(["run_id", "request"])["count"].transform("sum")
+    errors.insert(3, "response", [response_name(code) for code in errors["response_code"]])
+    outcomes = (errors.assign(errors=errors["count"].where(errors["response_code"] != 0, 0))
+                .groupby(["run_id", "request"], as_index=False).agg(requests=("count", "sum"), errors=("errors", "sum"))
+                .merge(run_info, on="run_id"))
+    summary = _stats_table(per_run.merge(send_delay[["run_id", "request", "send_delay_p99"]], how="left",
+                                         on=["run_id", "request"]),
+                           outcomes, run_info, ["run_id", "config"], with_send_delay=True)
+    configurations = _stats_table(per_config, outcomes, run_info, ["config"], with_send_delay=False)
+    spectrum = per_run.melt(id_vars=["run_id", "request"],
+                            value_vars=[percentile_column(p) for p in SPECTRUM_PERCENTILES],
+                            var_name="percentile", value_name="value_us")
+    spectrum["percentile"] = [float(c[1:].replace("_", ".")) for c in spectrum["percentile"]]
+    spectrum = spectrum.sort_values(["run_id", "request", "percentile"]).reset_index(drop=True)
+    runs_table = pd.DataFrame([_run_row(run) for run in runs])
+    return ReportTables(runs_table, summary, configurations, errors, per_interval, spectrum, resource_table,
+                        _sweep(configurations, runs))
+
+
+def _stats_table(stats: pd.DataFrame, outcomes: pd.DataFrame, run_info: pd.DataFrame, keys: list[str],
+                 with_send_delay: bool) -> pd.DataFrame:
+    """Per `keys` + request: answered, throughput, percentiles and errors.
+
+    Grouped by ["config"], every run of a configuration is merged: buckets (already, in Spark),
+    request counts and durations add, so throughput is answered / total measured seconds.
+    """
+    if "config" not in stats.columns:
+        stats = stats.merge(run_info[["run_id", "config"]], on="run_id")
+    counts = outcomes.groupby([*keys, "request"], as_index=False)[["requests", "errors"]].sum()
+    durations = run_info.groupby(keys, as_index=False).agg(duration_s=("duration_s", "sum"), runs=("run_id", "count"))
+    table = stats.merge(counts, how="outer", on=[*keys, "request"]).merge(durations, how="left", on=keys)
+    table["throughput_per_s"] = table["count"] / table["duration_s"]
+    table["error_rate"] = table["errors"] / table["requests"]
+    table = table.rename(columns={"count": "answered"})
+    columns = [*keys, *([] if "run_id" in keys else ["runs"]), "request", "requests", "answered", "throughput_per_s",
+               *[percentile_column(p) for p in SUMMARY_PERCENTILES], "max", "errors", "error_rate",
+               *(["send_delay_p99"] if with_send_delay else [])]
+    return table[columns].sort_values([*keys, "request"]).reset_index(drop=True)
+
+
+def _sweep(configurations: pd.DataFrame, runs: Sequence[Run]) -> pd.DataFrame:
+    """One row per configuration: its settings as columns, total throughput, throughput and p99 per request."""
+    settings = {run.config_label: run.config for run in runs}
+    rows = []
+    for label in sorted(configurations["config"].unique(), key=_natural):
+        group = configurations[configurations["config"] == label]
+        row: dict[str, object] = {"config": label, **settings[label]}
+        row["throughput_total_per_s"] = float(group["throughput_per_s"].fillna(0).sum())
+        for record in group.itertuples():
+            row[f"throughput_per_s[{record.request}]"] = record.throughput_per_s
+            row[f"p99_us[{record.request}]"] = record.p99
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _run_row(run: Run) -> dict[str, object]:
+    meta = run.meta
+    server = meta.get("server") or {}
+    load = meta.get("load") or {}
+    fleet = meta.get("fleet") or {}
+    host = meta.get("host") or {}
+    return {
+        "run_id": run.run_id, "uri": run.uri, "config": run.config_label, "started_at": meta.get("started_at"),
+        "mode": meta.get("mode"), "duration_s": meta.get("duration_s"), "warmup_s": meta.get("warmup_s"),
+        "workers": load.get("workers"), "connections_per_worker": load.get("connections_per_worker"),
+        "offered": json.dumps(load.get("rates_per_s") or load.get("weights") or {}, sort_keys=True),
+        "in_flight_per_connection": load.get("in_flight_per_connection"),
+        "fleet": json.dumps(fleet, sort_keys=True), "server": server.get("address"),
+        "server_version": server.get("version"), "server_process": " ".join(server.get("cmdline") or [])[:200],
+        "host_load_1m": "{} -> {}".format(*[(host.get(k) or [None])[0] for k in ("loadavg_before", "loadavg_after")]),
+        "host": json.dumps(host, sort_keys=True),
+    }
+
+
+# ---------------------------------------------------------------- HTML
+
+
+def render_html(tables: ReportTables, runs: Sequence[Run], title: str) -> str:
+    body = [f"<h1>{escape(title)}</h1>",
+            f"<p class=note>Generated {escape(time.strftime('%Y-%m-%d %H:%M:%S %Z'))} from {len(runs)} run(s). "
+            "Latencies in milliseconds, measured from each request's <em>intended</em> send time (open loop: "
+            "no coordinated omission) or its send time (closed loop); HdrHistogram with 3 significant digits, "
+            "so values are exact to 0.1 %. Percentiles come from merged histograms, never averaged. "
+            "<em>send delay p99</em> is how late the generator itself sent: if it is large, the generator "
+            "(not the server) was the bottleneck. Warm-up is excluded.</p>"]
+    body.append("<h2>Runs</h2>" + _table(tables.runs.drop(columns=["uri", "fleet", "host"]), {}))
+    body.append("<h2>Summary by run and request</h2>" + _table(tables.summary, _LATENCY_COLUMNS))
+    if tables.configurations["config"].nunique() > 1 or len(runs) > len(tables.configurations["config"].unique()):
+        body.append("<h2>By thread configuration (runs merged)</h2>" + _table(tables.configurations, _LATENCY_COLUMNS))
+    body.append("<h2>Responses by code</h2>" + _table(tables.errors, {}))
+    if len(tables.sweep) > 1:
+        body.append("<h2>Sweep</h2>" + _sweep_section(tables.sweep, runs)
+                    + _table(tables.sweep, {c: 1000.0 for c in tables.sweep.columns if c.startswith("p99_us")}))
+    for run in runs:
+        body.append(_run_section(tables, run))
+    return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>"
+            f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+_CSS = """body{font-family:sans-serif;margin:24px;color:#222;max-width:1500px}
+h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ccc}h3{font-size:15px}
+table{border-collapse:collapse;font-size:12px;margin:8px 0}th,td{border:1px solid #ccc;padding:3px 6px}
+th{background:#f2f2f2}td.n{text-align:right;font-variant-numeric:tabular-nums}.note{font-size:13px;color:#444}
+.warn{font-size:13px;color:#8a1c00;background:#fff1e6;padding:4px 8px}
+.charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #eee}"""
+#: Columns holding microseconds, shown in milliseconds.
+_LATENCY_COLUMNS = {c: 1000.0 for c in ("p0", "p50", "p90", "p99", "p99_9", "max", "send_delay_p99")}
+
+
+def _table(frame: pd.DataFrame, divide: dict[str, float]) -> str:
+    head = "".join(f"<th>{escape(_header(c, divide))}</th>" for c in frame.columns)
+    rows = []
+    for record in frame.itertuples(index=False):
+        cells = []
+        for column, value in zip(frame.columns, record):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                cells.append(f"<td class=n>{_format_cell(column, value, divide)}</td>")
+            else:
+                cells.append(f"<td>{escape('' if value is None else str(value))}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _header(column: str, divide: dict[str, float]) -> str:
+    if column in divide:
+        return column.replace("_us", "") + " (ms)"
+    return column
+
+
+def _format_cell(column: str, value: float, divide: dict[str, float]) -> str:
+    if pd.isna(value):
+        return "–"
+    if column in divide:
+        return f"{value / divide[column]:,.3f}"
+    if column in ("error_rate", "share"):
+        return f"{value:.4%}"
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.1f}"
+
+
+def _run_section(tables: ReportTables, run: Run) -> str:
+    charts = []
+    spectrum = tables.spectrum[tables.spectrum["run_id"] == run.run_id]
+    positions = {p: _spectrum_x(p) for p in SPECTRUM_PERCENTILES}
+    charts.append(svgplot.line_chart(
+        [svgplot.Series(request, [positions[p] for p in g["percentile"]], list(g["value_us"] / 1000.0))
+         for request, g in spectrum.groupby("request")],
+        title="Latency percentile spectrum", x_label="percentile", y_label="latency (ms, log scale)", markers=True,
+        y_log=True,
+        x_tick_labels={0.0: "0%", 1.0: "90%", 2.0: "99%", 3.0: "99.9%", 4.0: "99.99%", 5.0: "99.999%",
+                       6.0: "max"}))
+    intervals = tables.intervals[tables.intervals["run_id"] == run.run_id]
+    charts.append(svgplot.line_chart(
+        [svgplot.Series(request, list(g["interval_start"]), list(g["throughput_per_s"]))
+         for request, g in intervals.groupby("request")],
+        title="Throughput over time", x_label="seconds since warm-up", y_label="responses / s"))
+    charts.append(svgplot.line_chart(
+        [svgplot.Series(request, list(g["interval_start"]), list(g["p99"] / 1000.0))
+         for request, g in intervals.groupby("request")],
+        title="p99 latency over time (per 1-s interval)", x_label="seconds since warm-up", y_label="p99 (ms)"))
+    resources = tables.resources[tables.resources["run_id"] == run.run_id]
+    charts.append(svgplot.line_chart(
+        [svgplot.Series(process, list(g["t"]), list(g["cpu_percent"])) for process, g in resources.groupby("process")],
+        title="CPU over time (100 % = one core)", x_label="seconds since warm-up", y_label="CPU %"))
+    charts.append(svgplot.line_chart(
+        [svgplot.Series(process, list(g["t"]), list(g["rss_bytes"] / 2**20))
+         for process, g in resources.groupby("process")],
+        title="RSS over time", x_label="seconds since warm-up", y_label="RSS (MiB)"))
+    meta = run.meta
+    facts = (f"mode {meta.get('mode')}, {meta.get('duration_s')} s after {meta.get('warmup_s')} s warm-up, "
+             f"server {(meta.get('server') or {}).get('address')}, configuration {run.config_label}")
+    delays = tables.summary.loc[tables.summary["run_id"] == run.run_id, "send_delay_p99"].dropna()
+    warning = ""
+    if len(delays) and delays.max() > SEND_DELAY_WARNING_US:
+        warning = (f"<p class=warn>The generator sent up to {delays.max() / 1000:,.1f} ms late (send delay p99): "
+                   "this run's latencies include that lag (CPU contention on the host, or too few workers).</p>")
+    return (f"<h2>Run {escape(run.run_id)}</h2><p class=note>{escape(facts)}</p>{warning}"
+            f"<div class=charts>{''.join(charts)}</div>")
+
+
+def _spectrum_x(p: float) -> float:
+    """Percentile position on a log axis of 1/(1-p): 90 % -> 1, 99 % -> 2, ...; max at 6."""
+    return 6.0 if p >= 100.0 else math.log10(1.0 / (1.0 - p / 100.0))
+
+
+def _sweep_section(sweep: pd.DataFrame, runs: Sequence[Run]) -> str:
+    """Heatmaps: rows = the first swept setting, columns = the others (values joined by " / ")."""
+    keys = list(next(iter(runs)).config)
+    row_key, column_keys = keys[0], keys[1:]
+
+    def cell(record: pd.Series) -> tuple[str, str]:
+        return str(record[row_key]), " / ".join(str(record[k]) for k in column_keys) or "-"
+
+    cells = [cell(r) for _, r in sweep.iterrows()]
+    rows = sorted({r for r, _ in cells}, key=_natural)
+    columns = sorted({c for _, c in cells}, key=_natural)
+    column_label = " / ".join(column_keys)
+    charts = [svgplot.heatmap(rows, columns, {cell(r): r["throughput_total_per_s"] for _, r in sweep.iterrows()},
+                              title="Total throughput (responses/s)", row_label=row_key, column_label=column_label,
+                              higher_is_better=True, formatter=lambda v: f"{v:,.0f}")]
+    for column in sweep.columns:
+        if column.startswith("p99_us["):
+            request = column[len("p99_us["):-1]
+            charts.append(svgplot.heatmap(
+                rows, columns, {cell(r): r[column] / 1000.0 for _, r in sweep.iterrows() if pd.notna(r[column])},
+                title=f"p99 of {request} (ms)", row_label=row_key, column_label=column_label,
+                higher_is_better=False, formatter=lambda v: f"{v:,.2f}"))
+    best = sweep.sort_values("throughput_total_per_s", ascending=False).iloc[0]
+    p99_columns = [c for c in sweep.columns if c.startswith("p99_us[")]
+    worst_p99 = sweep[p99_columns].max(axis=1)
+    calmest = sweep.loc[worst_p99.idxmin()]
+    return (f"<p class=note>Highest total throughput: <b>{escape(str(best['config']))}</b> "
+            f"({best['throughput_total_per_s']:,.0f} responses/s; the one to pick for closed-loop runs). "
+            f"Lowest worst-request p99: <b>{escape(str(calmest['config']))}</b> ({worst_p99.min() / 1000:,.2f} ms; "
+            f"the one to pick for open-loop runs at the same offered load).</p>"
+            f"<div class=charts>{''.join(charts)}</div>")
+
+
+def _natural(text: str) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def create_spark(master: str | None, app_name: str = "namesrv-storm-report",
+                 shuffle_partitions: int = 8) -> SparkSession:
+    """Embedded local[*] by default; `--master` (or spark-submit's) for a cluster.
+
+    Run directories hold thousands of rows, not billions: few shuffle partitions keep the
+    many small stages of the report quick.
+    """
+    builder = (SparkSession.builder.appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.adaptive.enabled", "false")
+               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+               .config("spark.sql.session.timeZone", "UTC"))
+    launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    if master or not launched_by_spark_submit:
+        builder = builder.master(master or "local[*]")
+        builder = builder.config("spark.driver.memory", os.environ.get("STORM_REPORT_DRIVER_MEMORY", "1g"))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def build_report(spark: SparkSession, locations: Sequence[str], out_dir: Path,
+                 title: str = "namesrv heartbeat storm report") -> Path:
+    """Compute every table, write them as CSV under out_dir/csv and the HTML to out_dir/report.html."""
+    runs = load_runs(spark, locations)
+    tables = compute_tables(spark, runs)
+    (out_dir / "csv").mkdir(parents=True, exist_ok=True)
+    for name, frame in tables.items():
+        frame.to_csv(out_dir / "csv" / f"{name}.csv", index=False)
+    report = out_dir / "report.html"
+    report.write_text(render_html(tables, runs, title), encoding="utf-8")
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="run directories (local paths or Hadoop-compatible URIs)")
+    parser.add_argument("--out", type=Path, required=True, help="local directory for report.html and csv/")
+    parser.add_argument("--master", help="Spark master URL (default: local[*], or what spark-submit says)")
+    parser.add_argument("--title", default="namesrv heartbeat storm report")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    spark = create_spark(args.master)
+    try:
+        report = build_report(spark, args.runs, args.out, args.title)
+    finally:
+        spark.stop()
+    print(f"report: {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""The heartbeat storm: request templates, fleet shape, and short real storms against a real namesrv."""
+from __future__ import annotations
+
+import json
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from hdrh.log import HistogramLogReader
+
+from bench.heartbeat_storm import StormSettings, run_storm
+from bench.storm.fleet import HEARTBEAT, REGISTER, ROUTE, FleetShape, heartbeat_template, register_body, \
+    register_template, route_template
+from bench.storm.hdr import new_histogram
+from bench.storm.template import FrameTemplate
+from bench.storm.worker import WorkerPlan, WorkerRequests
+from namesrv.protocol import DataVersion, RegisterBrokerBody, RemotingCommand, SerializeType
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_template_renders_exactly_what_the_encoder_writes(serialize_type):
+    command = RemotingCommand.request(105, {"topic": "t-1", "acceptStandardJsonOnly": True}, b"body",
+                                      serialize_type=serialize_type)
+    template = FrameTemplate(command)
+    for opaque in (0, 1, 9, 12345, 2_059_198_193, 2**31 - 1):
+        command.opaque = opaque
+        assert template.render(opaque) == command.encode()
+        decoded = RemotingCommand.decode(template.render(opaque)[4:])
+        assert decoded.opaque == opaque and decoded.ext_fields["topic"] == "t-1" and decoded.body == b"body"
+
+
+def test_fleet_identities_bodies_and_rates():
+    fleet = FleetShape(brokers=6, slaves_per_master=1, topics_per_broker=3, queues_per_topic=4, clusters=2,
+                       register_period_s=2, heartbeat_period_s=1, route_clients=10, route_poll_period_s=5)
+    assert fleet.groups == 3
+    assert fleet.rates() == {REGISTER: 3.0, HEARTBEAT: 6.0, ROUTE: 2.0}
+    master, slave, other = fleet.broker(0), fleet.broker(1), fleet.broker(2)
+    assert master.name == slave.name and (master.broker_id, slave.broker_id) == (0, 1)
+    assert master.cluster != other.cluster and len({master.address, slave.address, other.address}) == 3
+    body = register_body(fleet, master.cluster, DataVersion(1, 5, 0))
+    decoded = RegisterBrokerBody.decode(body)
+    assert decoded.wrapper.data_version == DataVersion(1, 5, 0)
+    assert sorted(decoded.wrapper.topic_config_table) == sorted(fleet.cluster_topics(master.cluster))
+    assert {c.read_queue_nums for c in decoded.wrapper.topic_config_table.values()} == {4}
+    register = RemotingCommand.decode(register_template(fleet, slave, body).render(7)[4:])
+    assert register.ext_fields["brokerId"] == "1" and register.ext_fields["bodyCrc32"] != "0"
+    assert RemotingCommand.decode(heartbeat_template(fleet, master).render(1)[4:]).code == HEARTBEAT
+    assert RemotingCommand.decode(route_template(fleet, "x").render(1)[4:]).ext_fields == {"topic": "x"}
+    assert len(fleet.all_topics()) == 6
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"brokers": 0}, "brokers"), ({"clusters": 40}, "clusters"), ({"serialize": "xml"}, "serialize"),
+    ({"register_period_s": 0, "route_poll_period_s": 0}, "every request kind is off"),
+    ({"register_churn": 1.5}, "register_churn"), ({"brokers": 20000, "topics_per_broker": 1000}, "held in memory"),
+])
+def test_bad_fleet_shapes_are_rejected(changes, message):
+    with pytest.raises(ValueError, match=message):
+        FleetShape(**changes)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_settings_are_validated_before_any_traffic(tmp_path):
+    with pytest.raises(ValueError, match="loopback"):
+        run_storm(StormSettings(address="192.0.2.1:9876", runs_dir=tmp_path))
+    with pytest.raises(ValueError, match="max-requests"):
+        run_storm(StormSettings(address="127.0.0.1:1", fleet=FleetShape(route_clients=1000, route_poll_period_s=0.01),
+                                duration_s=60, max_requests=1000, runs_dir=tmp_path))
+    with pytest.raises(ConnectionError, match="no NameServer"):
+        run_storm(StormSettings(address=f"127.0.0.1:{_free_port()}", runs_dir=tmp_path))
+    assert not any(tmp_path.iterdir())
+
+
+SMALL_FLEET = FleetShape(brokers=6, topics_per_broker=10, queues_per_topic=4, clusters=2, register_period_s=0.5,
+                         heartbeat_period_s=0.5, route_clients=100, route_poll_period_s=0.5, register_churn=0.5)
+
+
+def _data_version(template) -> DataVersion:
+    return RegisterBrokerBody.decode(RemotingCommand.decode(template.render(1)[4:]).body).wrapper.data_version
+
+
+@pytest.mark.parametrize("churn", [0.0, 1.0])
+def test_worker_requests_take_turns_and_churn_data_versions(churn):
+    fleet = FleetShape(brokers=4, topics_per_broker=3, clusters=2, register_churn=churn)
+    plan = WorkerPlan(index=1, workers=2, host="127.0.0.1", port=1, fleet=fleet, mode="open")
+    requests = WorkerRequests(plan, random.Random(3))
+    assert [RemotingCommand.decode(t.render(1)[4:]).ext_fields["brokerAddr"] for t in requests.bring_up()] == \
+        [fleet.broker(1).address, fleet.broker(3).address]
+    first = [_data_version(t) for t in requests.bring_up()]
+    assert first[0] != first[1]  # every broker stamps its own version
+    versions = [_data_version(requests.next(REGISTER)) for _ in range(6)]
+    if churn:  # every registration switches its broker to the other version
+        for broker in (0, 1):
+            other = versions[broker]
+            assert other != first[broker] and other.counter == first[broker].counter + 1
+            assert versions[broker::2] == [other, first[broker], other]
+    else:
+        assert versions == first * 3
+    topics = {RemotingCommand.decode(requests.next(ROUTE).render(1)[4:]).ext_fields["topic"] for _ in range(200)}
+    assert topics == set(fleet.all_topics())
+
+
+def test_open_loop_storm_against_a_real_server(namesrv_factory, tmp_path):
+    server = namesrv_factory(serverSelectorThreads=2, defaultThreadPoolNums=5)
+    result = run_storm(StormSettings(address=server.address, fleet=SMALL_FLEET, duration_s=2, warmup_s=1, drain_s=3,
+                                     workers=2, connections=2, runs_dir=tmp_path, run_id="open", progress=False))
+    run_dir = result.run_dir
+    assert run_dir == tmp_path / "open"
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["mode"] == "open" and meta["load"]["latency_from"] == "intended send time"
+    assert meta["server"]["pid"] == server.pid and meta["server"]["version"] == "V5_3_3"
+    assert meta["server"]["thread_config"]["serverSelectorThreads"] == "2"
+    assert meta["server"]["thread_config"]["defaultThreadPoolNums"] == "5"
+    assert meta["fleet"]["brokers"] == 6 and meta["load"]["bring_up_responses"] == {"SUCCESS": 6}
+
+    # The open loop never skips a send: every scheduled request of the measured 2 s was sent and answered.
+    responses = pq.read_table(run_dir / "responses.parquet").to_pylist()
+    assert {row["response_code"] for row in responses} == {0}
+    per_code = {code: sum(r["count"] for r in responses if r["request_code"] == code) for code in (REGISTER, HEARTBEAT,
+                                                                                                   ROUTE)}
+    for code, rate in SMALL_FLEET.rates().items():  # each worker's stream may gain or lose one at the edges
+        assert abs(per_code[code] - rate * 2) <= 2, (code, per_code)
+    sent = sum(done["sent"] for done in meta["load"]["workers_done"])  # warm-up + measured, up to the end
+    assert abs(sent - sum(SMALL_FLEET.rates().values()) * 3) <= 3 * 2
+    summary = {row["request"]: row for row in result.summary}
+    assert summary["GET_ROUTEINFO_BY_TOPIC"]["answered"] == per_code[ROUTE]
+    assert summary["ALL"]["errors"] == 0
+
+    reader = HistogramLogReader(str(run_dir / "hdr" / "latency.hlog"), new_histogram())
+    logged = 0
+    while (interval := reader.get_next_interval_histogram()) is not None:
+        logged += interval.get_total_count()
+    assert logged == sum(per_code.values())
+
+    resources = pq.read_table(run_dir / "resources.parquet").to_pylist()
+    server_rows = [r for r in resources if r["process"] == "server"]
+    assert server_rows and all(r["rss_bytes"] > 0 and r["threads"] > 1 for r in server_rows)
+    assert {r["process"] for r in resources} == {"server", "generator"}
+    assert all(r["t"] >= 0.5 for r in resources)
+
+
+def test_closed_loop_storm_keeps_requests_in_flight(namesrv_factory, tmp_path):
+    server = namesrv_factory()
+    result = run_storm(StormSettings(address=server.address, fleet=SMALL_FLEET, mode="closed", duration_s=1,
+                                     warmup_s=0.5, drain_s=3, workers=1, connections=2, in_flight=4,
+                                     runs_dir=tmp_path, progress=False))
+    meta = json.loads((result.run_dir / "meta.json").read_text())
+    assert meta["mode"] == "closed" and meta["load"]["in_flight_per_connection"] == 4
+    assert meta["load"]["latency_from"] == "send time"
+    summary = {row["request"]: row for row in result.summary}
+    assert summary["ALL"]["errors"] == 0
+    # far more than an open loop at the fleet's 224 req/s would send: the loop is closed, not paced
+    assert summary["ALL"]["answered"] > 500
+    assert summary["GET_ROUTEINFO_BY_TOPIC"]["answered"] > summary["REGISTER_BROKER"]["answered"] * 5
+
+
+def test_cli_launches_a_fresh_server_and_keeps_its_log(tmp_path):
+    command = [sys.executable, str(ROOT / "bench" / "heartbeat_storm.py"), "--launch", "--server-set",
+               "clientRequestThreadPoolNums=3", "--duration", "1", "--warmup", "0.5", "--drain", "2", "--workers", "1",
+               "--brokers", "4", "--topics", "5", "--register-period", "1", "--route-clients", "50",
+               "--route-poll-period", "1", "--runs-dir", str(tmp_path), "--run-id", "cli", "--no-progress"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "GET_ROUTEINFO_BY_TOPIC" in result.stdout and f"run directory: {tmp_path / 'cli'}" in result.stdout
+    meta = json.loads((tmp_path / "cli" / "meta.json").read_text())
+    assert meta["launched"] == {"overrides": {"clientRequestThreadPoolNums": "3"}}
+    assert meta["server"]["thread_config"]["clientRequestThreadPoolNums"] == "3"
+    assert "boot success" in (tmp_path / "cli" / "server.log").read_text()
+
+
+def test_cli_reports_bad_input_clearly(tmp_path):
+    command = [sys.executable, str(ROOT / "bench" / "heartbeat_storm.py"), "--address", "192.0.2.1:9876",
+               "--runs-dir", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 2 and "not a loopback address" in result.stderr
