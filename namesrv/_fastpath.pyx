@@ -328,6 +328,43 @@ def body_crc32(data):
     return crc & 0x7FFFFFFF
 
 
+
+cdef inline bint _is_int32(object value) except -1:
+    """A JSON integer (exactly int, so never bool) within int32."""
+    cdef int overflow = 0
+    cdef long long number
+    if type(value) is not int:
+        return False
+    number = PyLong_AsLongLongAndOverflow(value, &overflow)
+    return overflow == 0 and -2147483648 <= number <= 2147483647
+
+
+def queue_fields(dict table not None, fallback):
+    """A parsed topicConfigTable as the route table reads it; see `namesrv._purepath.queue_fields`."""
+    cdef dict out = {}
+    cdef dict entry
+    cdef object topic, read, write, perm, sys_flag, filter_type, order, attributes
+    for key, obj in table.items():
+        if type(obj) is dict:
+            entry = <dict>obj
+            topic = entry.get("topicName")
+            read = entry.get("readQueueNums")
+            write = entry.get("writeQueueNums")
+            perm = entry.get("perm")
+            sys_flag = entry.get("topicSysFlag")
+            filter_type = entry.get("topicFilterType")
+            order = entry.get("order")
+            attributes = entry.get("attributes")
+            if (type(topic) is str and PyUnicode_GET_LENGTH(topic) > 0 and _is_int32(read) and _is_int32(write)
+                    and _is_int32(perm) and _is_int32(sys_flag) and (order is True or order is False)
+                    and type(filter_type) is str and (filter_type == "SINGLE_TAG" or filter_type == "MULTI_TAG")
+                    and (attributes is None or type(attributes) is dict)):
+                out[key] = (topic, read, write, perm, sys_flag)
+                continue
+        out[key] = fallback(obj, key)
+    return out
+
+
 # Imported last on purpose: namesrv.protocol's __init__ imports namesrv.fastpath, which imports
 # this module; binding the functions first lets `import namesrv._fastpath` come first too.
 from namesrv.protocol.errors import ProtocolError

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 
 _INT32 = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hBhiii")  # code, language, version, opaque, flag, remarkLength
@@ -147,6 +148,36 @@ def body_crc32(data: bytes | bytearray | memoryview | None) -> int:
     if not data:
         return 0
     return zlib.crc32(data) & 0x7FFFFFFF
+
+
+#: TopicFilterType's names (as `namesrv.protocol.topic.FILTER_TYPES`).
+_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+
+
+def queue_fields(table: dict, fallback: Callable[[object, str], tuple]) -> dict[str, tuple]:
+    """A parsed topicConfigTable as the route table reads it: key -> (topicName, readQueueNums,
+    writeQueueNums, perm, topicSysFlag), without a TopicConfig per topic.
+
+    An entry as brokers send it (a dict with every field present, of its JSON type, ints within
+    int32) is read here; any other entry is `fallback(entry, key)`, which reads (or rejects) it
+    field by field as `TopicConfig.from_dict` does.
+    """
+    out = {}
+    for key, obj in table.items():
+        if type(obj) is dict:
+            get = obj.get
+            topic, read, write, perm, sys_flag = (get("topicName"), get("readQueueNums"), get("writeQueueNums"),
+                                                  get("perm"), get("topicSysFlag"))
+            filter_type, order, attributes = get("topicFilterType"), get("order"), get("attributes")
+            if (type(topic) is str and topic and type(read) is int and type(write) is int and type(perm) is int
+                    and type(sys_flag) is int and type(order) is bool and type(filter_type) is str
+                    and filter_type in _FILTER_TYPES and (attributes is None or type(attributes) is dict)
+                    and _INT32_MIN <= read <= _INT32_MAX and _INT32_MIN <= write <= _INT32_MAX
+                    and _INT32_MIN <= perm <= _INT32_MAX and _INT32_MIN <= sys_flag <= _INT32_MAX):
+                out[key] = (topic, read, write, perm, sys_flag)
+                continue
+        out[key] = fallback(obj, key)
+    return out
 
 
 # Imported last on purpose: namesrv.protocol's __init__ imports namesrv.fastpath, which imports

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import logging.config
+import os
 import signal
 import sys
 import threading
@@ -91,11 +92,21 @@ def serve(config: NamesrvConfig) -> None:
         log.info("%s received", signal.Signals(signum).name)
         stop.set()
 
-    controller = NamesrvController(config)
+    # Python runs signal handlers in the main thread only, once that thread runs bytecode; but the
+    # kernel may hand a process signal to any thread (e.g. to a worker while the main thread is
+    # still waking from SIGSTOP/SIGCONT), and then a main thread asleep in a lock wait never runs
+    # the handler. So the main thread sleeps in a read of the wakeup fd instead: the C-level handler
+    # writes a byte there from whichever thread took the signal, and the Python handler runs as
+    # soon as the read returns.
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
     for signum in (signal.SIGTERM, signal.SIGINT):  # before start: a signal while booting still shuts down cleanly
         signal.signal(signum, on_signal)
+    controller = NamesrvController(config)
     controller.start()
-    stop.wait()
+    while not stop.is_set():
+        os.read(wake_read, 64)
     controller.shutdown()
 
 

@@ -93,6 +93,17 @@ class NamesrvConfig:
     max_frame_length: int = _key("Largest frame accepted, length prefix included (RocketMQ: 16 MiB).", 16777216)
     max_connection_output_bytes: int = _key("Unsent reply bytes one connection may hold before it is closed.",
                                             64 * 1024 * 1024)
+    max_connections: int = _key(
+        "Most open connections per endpoint (TCP connections; ZeroMQ peers). One more is closed at once (a "
+        "ZeroMQ peer cannot be closed: its messages are dropped unanswered) and logged; 0 = no limit.", 10000,
+        locked=True)
+    zmq_curve_secret_key_file: str = _key(
+        "The server's CURVE key pair for the ZeroMQ endpoint: a .key_secret file from "
+        "zmq.auth.create_certificates. With zmqCurveAllowedClientsDir it turns CURVE on (encryption and client "
+        "authentication); both empty (default) = off. Read at start.", "", locked=True)
+    zmq_curve_allowed_clients_dir: str = _key(
+        "Directory of the public key files (*.key) of the ZeroMQ clients allowed to connect when CURVE is on; "
+        "any other client's handshake is refused (logged). Read at start: restart to change it.", "", locked=True)
     # --- namesrv's own: who may change state, and how much one request may register (never remote) ---
     admin_allowed_networks: str = _key(
         "Networks (;-separated CIDRs, IPv4 or IPv6, e.g. 127.0.0.1/32;10.0.0.0/8) allowed to send admin requests "

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
+from namesrv.memory import heap_trimmer
 from namesrv.processor import ROUTE_QUERY_CODES, SUPPORTED_CODES, RequestProcessor
 from namesrv.remoting import Outbox, Reactor, RequestDispatcher
 from namesrv.routeinfo import RouteInfoManager
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 
 #: RocketMQ dumps the KV table to the log every 10 minutes.
 KV_LOG_PERIOD_SECONDS = 600.0
+#: How often heap pages freed by closed connections go back to the OS (namesrv.memory).
+HEAP_TRIM_PERIOD_SECONDS = 10.0
 #: How long shutdown waits for accepted requests, then for their replies to leave.
 DRAIN_SECONDS = 10.0
 FLUSH_SECONDS = 2.0
@@ -84,12 +87,16 @@ class NamesrvController:
         self.processor = RequestProcessor(config, self.routes, self.kv)
         self.outbox = Outbox()
         self.dispatcher = RequestDispatcher(config, self.processor, self.outbox,
-                                            route_query_codes=ROUTE_QUERY_CODES, supported_codes=SUPPORTED_CODES)
+                                            route_query_codes=ROUTE_QUERY_CODES, supported_codes=SUPPORTED_CODES,
+                                            answer_inline=self.processor.route_query_fast_path.answer)
         self.reactor = Reactor(config, self.dispatcher, self.outbox, self.routes.on_channel_destroy)
         self._tasks = PeriodicTasks()
         self._tasks.add("scanNotActiveBroker", config.scan_not_active_broker_interval / 1000,
                         self.scan_not_active_brokers)
         self._tasks.add("printKVConfig", KV_LOG_PERIOD_SECONDS, self.kv.log_table)
+        release_free_heap = heap_trimmer()
+        if release_free_heap is not None:
+            self._tasks.add("releaseFreeHeap", HEAP_TRIM_PERIOD_SECONDS, release_free_heap)
 
     def start(self) -> None:
         """Bind (BindError if a port is taken), load the KV file, start serving, log the boot line."""

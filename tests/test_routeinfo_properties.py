@@ -7,8 +7,9 @@ internal indexes agree with the tables, and every cached route body equals a fre
 the route (a missed invalidation would show up as a stale body).
 
 Every operation runs on two managers: one registering as the processor does (the
-decode-free `refresh_registration` first, `register_broker` when it declines) and one always
-taking the full `register_broker` path. Their tables must stay identical: the shortcut is only
+decode-free `refresh_registration` first, `register_broker` with the queue-fields-only
+`TopicQueueTable` when it declines) and one always taking the full `register_broker` path with
+TopicConfig objects. Their tables must stay identical: the shortcut is only
 ever taken when it changes exactly what the full registration would.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.protocol.codes import PERM_READ, PERM_WRITE
 from namesrv.protocol.route import QueueData
-from namesrv.protocol.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
+from namesrv.protocol.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper, TopicQueueTable
 from namesrv.routeinfo import RouteInfoManager
 
 CLUSTERS = ("C1", "C2")
@@ -74,9 +75,9 @@ def register(routes: RouteInfoManager, op: tuple, shortcut: bool):
         return routes.register_broker(wrapper=body, filter_server_list=filters, **identity)
     fingerprint = repr((configs, counter, state, filters))  # what the body's bytes determine
     result = routes.refresh_registration(body_fingerprint=fingerprint, **identity)
-    if result is None:
-        result = routes.register_broker(wrapper=body, filter_server_list=filters, body_fingerprint=fingerprint,
-                                        **identity)
+    if result is None:  # as the processor passes it: decoded to queue fields only
+        result = routes.register_broker(wrapper=TopicQueueTable.of(body), filter_server_list=filters,
+                                        body_fingerprint=fingerprint, **identity)
     return result
 
 

@@ -27,12 +27,12 @@ from namesrv.client.namesrv_client import (
 )
 from namesrv.client.remoting import AsyncRemotingClient, RemotingClient
 from namesrv.client.sync import LoopThread
-from namesrv.client.zmq_connection import ZmqRemotingConnection
+from namesrv.client.zmq_connection import CurveClientKeys, ZmqRemotingConnection
 
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC", "AsyncBrokerOuterAPI", "AsyncBrokerService", "AsyncNamesrvClient",
-    "AsyncRemotingClient", "BrokerIdentity", "BrokerOuterAPI", "BrokerService", "BrokerTopicTable", "LoopThread",
-    "MQResponseError", "MessageQueue", "NamesrvClient", "RemotingClient", "RemotingConnectError",
-    "RemotingConnection", "RemotingError", "RemotingTimeoutError", "ServerResult", "ZmqRemotingConnection",
-    "clamp_register_period", "parse_namesrv_addrs", "publish_queues",
+    "AsyncRemotingClient", "BrokerIdentity", "BrokerOuterAPI", "BrokerService", "BrokerTopicTable",
+    "CurveClientKeys", "LoopThread", "MQResponseError", "MessageQueue", "NamesrvClient", "RemotingClient",
+    "RemotingConnectError", "RemotingConnection", "RemotingError", "RemotingTimeoutError", "ServerResult",
+    "ZmqRemotingConnection", "clamp_register_period", "parse_namesrv_addrs", "publish_queues",
 ]

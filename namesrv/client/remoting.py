@@ -11,7 +11,7 @@ from namesrv.client.api import NamesrvApi
 from namesrv.client.connection import BaseConnection, RemotingConnection
 from namesrv.client.errors import RemotingError
 from namesrv.client.sync import LoopThread, SyncFacade, mirror
-from namesrv.client.zmq_connection import ZmqRemotingConnection
+from namesrv.client.zmq_connection import CurveClientKeys, ZmqRemotingConnection
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH, SERVER_VERSION, LanguageCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
 from namesrv.security import ADMIN_CODES, ADMIN_TOKEN_FIELD
@@ -26,13 +26,15 @@ class AsyncRemotingClient(NamesrvApi):
     one (calls in flight at the drop fail with `RemotingConnectError`). `serialize_type` picks
     the header codec of every request (JSON or ROCKETMQ binary; ZeroMQ always uses msgpack);
     `version` is the MQVersion ordinal requests claim (>= 401 gets standard-JSON routes);
-    `admin_token` is added to admin requests for NameServers that require it (adminToken).
+    `admin_token` is added to admin requests for NameServers that require it (adminToken);
+    `zmq_curve` makes ZeroMQ connections CURVE clients (for a server with CURVE on).
     """
 
     def __init__(self, *, transport: Transport = "tcp", serialize_type: int = SerializeType.JSON,
                  timeout: float = 3.0, connect_timeout: float = 3.0, version: int = SERVER_VERSION,
                  language: int = LanguageCode.PYTHON, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
-                 zmq_context: zmq.asyncio.Context | None = None, admin_token: str | None = None) -> None:
+                 zmq_context: zmq.asyncio.Context | None = None, admin_token: str | None = None,
+                 zmq_curve: CurveClientKeys | None = None) -> None:
         if transport not in ("tcp", "zmq"):
             raise ValueError(f"transport must be 'tcp' or 'zmq', got {transport!r}")
         self.transport = transport
@@ -43,6 +45,7 @@ class AsyncRemotingClient(NamesrvApi):
         self.language = language
         self.max_frame_length = max_frame_length
         self._zmq_context = zmq_context
+        self._zmq_curve = zmq_curve
         self.admin_token = admin_token or None
         self._connections: dict[str, BaseConnection] = {}
         self._connect_locks: dict[str, asyncio.Lock] = {}
@@ -70,7 +73,7 @@ class AsyncRemotingClient(NamesrvApi):
 
     async def _open(self, address: str) -> BaseConnection:
         if self.transport == "zmq":
-            return await ZmqRemotingConnection.open(address, context=self._zmq_context)
+            return await ZmqRemotingConnection.open(address, context=self._zmq_context, curve=self._zmq_curve)
         return await RemotingConnection.open(address, serialize_type=self.serialize_type,
                                              connect_timeout=self.connect_timeout,
                                              max_frame_length=self.max_frame_length)

@@ -2,15 +2,20 @@
 
 Commands queued in one event-loop turn leave as one multipart message (one frame per command);
 each frame of a reply message is one response. ZeroMQ reconnects by itself, so a server that
-goes away shows up as timeouts rather than as a dropped connection.
+goes away shows up as timeouts rather than as a dropped connection. With `CurveClientKeys` the
+socket speaks CURVE (encrypted, authenticated by key); a server that refuses the key answers
+nothing, so that too shows up as timeouts.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
+from pathlib import Path
 
 import zmq
 import zmq.asyncio
+import zmq.auth
 
 from namesrv.client.connection import BaseConnection
 from namesrv.client.errors import RemotingConnectError
@@ -26,6 +31,30 @@ def zmq_endpoint(address: str) -> str:
     return address if "://" in address else f"tcp://{address}"
 
 
+@dataclass(frozen=True, slots=True)
+class CurveClientKeys:
+    """A DEALER's CURVE key pair and the server public key it trusts (z85, as zmq.auth key files hold them)."""
+
+    public_key: bytes
+    secret_key: bytes
+    server_public_key: bytes
+
+    @classmethod
+    def from_files(cls, client_secret_file: str | Path, server_public_file: str | Path) -> CurveClientKeys:
+        """From the client's `.key_secret` file and the server's public `.key` file (zmq.auth.create_certificates)."""
+        public_key, secret_key = zmq.auth.load_certificate(client_secret_file)
+        if secret_key is None:
+            raise ValueError(f"{client_secret_file} holds no secret key (give the .key_secret file)")
+        server_public_key, _ = zmq.auth.load_certificate(server_public_file)
+        return cls(public_key, secret_key, server_public_key)
+
+    def apply(self, socket: zmq.Socket) -> None:
+        """Make `socket` a CURVE client (before it connects)."""
+        socket.curve_publickey = self.public_key
+        socket.curve_secretkey = self.secret_key
+        socket.curve_serverkey = self.server_public_key
+
+
 class ZmqRemotingConnection(BaseConnection):
     """A DEALER socket connected to one namesrv ZeroMQ endpoint."""
 
@@ -38,9 +67,11 @@ class ZmqRemotingConnection(BaseConnection):
 
     @classmethod
     async def open(cls, address: str, *, context: zmq.asyncio.Context | None = None,
-                   send_high_water_mark: int = 0) -> ZmqRemotingConnection:
+                   send_high_water_mark: int = 0, curve: CurveClientKeys | None = None) -> ZmqRemotingConnection:
         socket = (context or zmq.asyncio.Context.instance()).socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            curve.apply(socket)
         if send_high_water_mark:
             socket.setsockopt(zmq.SNDHWM, send_high_water_mark)
         try:

@@ -1,8 +1,8 @@
 """What brokers send: REGISTER_BROKER, UNREGISTER_BROKER, QUERY_DATA_VERSION, BROKER_HEARTBEAT."""
 from __future__ import annotations
 
-import hashlib
 import logging
+import zlib
 
 from namesrv.channel import Channel
 from namesrv.fastpath import body_crc32
@@ -13,7 +13,7 @@ from namesrv.processor.limits import topic_count_beyond
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand, wire_string
 from namesrv.protocol.route import KVTable
-from namesrv.protocol.topic import DataVersion, RegisterBrokerBody
+from namesrv.protocol.topic import DataVersion, decode_registration
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,11 @@ def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Chan
 
     Most registrations are the 30-second repeat of an unchanged topic table: those are
     recognised by a fingerprint of the raw body and never decoded (a 10,000-topic body costs
-    tens of milliseconds to decode, its SHA-1 about one). A body to decode is first held to
+    tens of milliseconds to decode, its fingerprint a fraction of one). The fingerprint is the
+    body's length, its CRC32 (computed for the bodyCrc32 check anyway) and its Adler-32: two
+    independent 32-bit checksums, a third of SHA-1's cost. They only guard against accidental
+    equality: a broker can only ever collide with its own previous registration, and whatever
+    it sends is taken as its topic table anyway. A body to decode is first held to
     maxTopicsPerRegistration (a repeat was held to it when it first came: the key is locked).
     """
     header = RequestHeader(request)
@@ -40,14 +44,16 @@ def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Chan
                 "zone_name": header.text(ZONE_NAME),
                 "channel": channel}
     crc = header.integer("bodyCrc32", bits=32) or 0
-    if crc != 0 and body_crc32(request.body) != crc:
+    raw = request.body or b""
+    computed_crc = body_crc32(raw)
+    if crc != 0 and computed_crc != crc:
         log.warning("REGISTER_BROKER of %s from %s: body crc32 does not match %d", identity["broker_addr"], channel,
                     crc)
         return request.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
     compressed = bool(header.boolean("compressed"))
     # Everything the decoded body depends on: its bytes, the codec flag, the version thresholds.
-    fingerprint = (hashlib.sha1(request.body or b"", usedforsecurity=False).digest(), compressed,
-                   request.version >= Version.V3_0_11, request.version >= Version.V5_0_0)
+    fingerprint = (len(raw), computed_crc, zlib.adler32(raw), compressed, request.version >= Version.V3_0_11,
+                   request.version >= Version.V5_0_0)
     result = ctx.routes.refresh_registration(body_fingerprint=fingerprint, **identity)
     if result is None:
         limit = ctx.config.max_topics_per_registration
@@ -58,11 +64,10 @@ def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Chan
             return request.make_response(ResponseCode.SYSTEM_ERROR,
                                          f"register broker failed: {count} topics exceed "
                                          f"maxTopicsPerRegistration={limit}")
-        body = RegisterBrokerBody.decode(request.body, compressed, request.version)
-        filter_servers = body.filter_server_list
+        topics, filter_servers = decode_registration(request.body, compressed, request.version)
         if request.body is None and request.version >= Version.V3_0_11:
             filter_servers = []  # RocketMQ's empty RegisterBrokerBody has an empty (not null) filter-server list
-        result = ctx.routes.register_broker(wrapper=body.wrapper, filter_server_list=filter_servers,
+        result = ctx.routes.register_broker(wrapper=topics, filter_server_list=filter_servers,
                                             body_fingerprint=fingerprint, **identity)
     if result is None:
         return request.make_response(ResponseCode.SYSTEM_ERROR, "register broker failed")

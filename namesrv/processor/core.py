@@ -10,6 +10,7 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import broker_handlers, config_handlers, kv_handlers, route_handlers
 from namesrv.processor.context import Handler, HandlerContext
 from namesrv.processor.header import BadRequest
+from namesrv.processor.route_query import RouteQueryFastPath
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.errors import ProtocolError
@@ -69,6 +70,8 @@ class RequestProcessor:
         self._ctx = HandlerContext(config, routes, kv, clock, clock())
         # Read once: the security keys are locked, no request can change them.
         self._admin_guard = AdminGuard.from_config(config)
+        #: Cached route queries answered from raw frames (the reactor's shortcut past `process`).
+        self.route_query_fast_path = RouteQueryFastPath(self._ctx)
 
     def process(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """The response to `request` (also for oneway requests: the server drops it)."""

@@ -7,8 +7,9 @@ undecoded body, cheaply:
 
 * compressed form (reference 3.6): the topic count is an int32 right after the DataVersion blob,
   so only that prefix is inflated;
-* JSON forms: every topic is a JSON object of its own, so a body with no more `{` than the
-  limit cannot exceed it (one C-speed byte count, the common case); only a body with more is
+* JSON forms: every topic entry takes at least 4 bytes (`0:{},`), so a body of at most 4 x limit
+  bytes cannot exceed it (the common case, free); nor can one with no more `{` than the limit
+  (every topic is a JSON object of its own; one C-speed byte count); only a body with more is
   parsed (orjson, no TopicConfig objects) to count its topicConfigTable exactly.
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ def topic_count_beyond(limit: int, body: bytes | None, compressed: bool, version
         return None
     if version >= Version.V3_0_11 and compressed:
         count = _compressed_topic_count(body)
-    elif body.count(b"{") <= limit:
+    elif len(body) <= 4 * limit or body.count(b"{") <= limit:
         return None
     else:
         count = _json_topic_count(body, version)

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from namesrv import fastpath
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import PERM_READ, PERM_WRITE, Version
 from namesrv.protocol.errors import ProtocolError
@@ -14,6 +16,9 @@ from namesrv.protocol.jsonbody import as_int, dumps, expect, get_bool, get_dict,
 _INT32 = struct.Struct(">i")
 #: TopicFilterType's names.
 FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+#: One topic as the route table reads it: (topicName, readQueueNums, writeQueueNums, perm, topicSysFlag).
+QueueFields = tuple[str, int, int, int, int]
 #: A compressed body may inflate to at most this much (a zlib bomb must not exhaust memory).
 MAX_INFLATED_BODY = 256 * 1024 * 1024
 
@@ -74,6 +79,9 @@ class TopicConfig:
 
     @classmethod
     def from_dict(cls, obj: Any, name: str | None = None) -> TopicConfig:
+        plain = cls._from_plain_dict(obj)
+        if plain is not None:
+            return plain
         what = f"TopicConfig[{name}]"
         expect(obj, dict, what)
         topic = get_str(obj, "topicName", what) or name
@@ -88,6 +96,28 @@ class TopicConfig:
         return cls(topic, get_int(obj, "readQueueNums", 16, what, 32), get_int(obj, "writeQueueNums", 16, what, 32),
                    get_int(obj, "perm", PERM_READ | PERM_WRITE, what, 32), filter_type,
                    get_int(obj, "topicSysFlag", 0, what, 32), get_bool(obj, "order", what), attributes)
+
+    @classmethod
+    def _from_plain_dict(cls, obj: Any) -> TopicConfig | None:
+        """What a broker sends (every field present, of its JSON type, in range), read in one go;
+        None for anything else, which `from_dict` reads field by field. A registration body holds
+        thousands of these, so the per-field checks were most of its decode time."""
+        if type(obj) is not dict:
+            return None
+        get = obj.get
+        topic, read, write, perm = get("topicName"), get("readQueueNums"), get("writeQueueNums"), get("perm")
+        sys_flag, filter_type, order, attributes = get("topicSysFlag"), get("topicFilterType"), get("order"), \
+            get("attributes")
+        if (type(topic) is str and topic and type(read) is int and type(write) is int and type(perm) is int
+                and type(sys_flag) is int and type(order) is bool and type(filter_type) is str
+                and filter_type in FILTER_TYPES and (attributes is None or type(attributes) is dict)
+                and _INT32_MIN <= read <= _INT32_MAX and _INT32_MIN <= write <= _INT32_MAX
+                and _INT32_MIN <= perm <= _INT32_MAX and _INT32_MIN <= sys_flag <= _INT32_MAX):
+            return cls(topic, read, write, perm, filter_type, sys_flag, order, attributes)
+        return None
+
+    def queue_fields(self) -> QueueFields:
+        return self.topic_name, self.read_queue_nums, self.write_queue_nums, self.perm, self.topic_sys_flag
 
     def to_text(self) -> str:
         """The space-separated form of compressed bodies (loses topicSysFlag and order, as Java's)."""
@@ -143,17 +173,58 @@ class TopicConfigSerializeWrapper:
         expect(obj, dict, what)
         table = {name: TopicConfig.from_dict(config, name)
                  for name, config in get_dict(obj, "topicConfigTable", what).items()}
-        data_version = DataVersion.from_dict(obj["dataVersion"], f"{what}.dataVersion") if obj.get("dataVersion") \
-            is not None else DataVersion()
-        mapping = obj.get("mappingDataVersion")
-        infos = {topic: expect(info, dict, f"{what}.topicQueueMappingInfoMap[{topic}]")
-                 for topic, info in get_dict(obj, "topicQueueMappingInfoMap", what).items() if info is not None}
-        return cls(table, data_version,
-                   None if mapping is None else DataVersion.from_dict(mapping, f"{what}.mappingDataVersion"),
-                   infos, get_dict(obj, "topicQueueMappingDetailMap", what))
+        return cls(table, *_wrapper_versions_and_mappings(obj, what))
+
+    def queue_fields(self) -> dict[str, QueueFields]:
+        return {name: config.queue_fields() for name, config in self.topic_config_table.items()}
 
     def encode(self) -> bytes:
         return dumps(self.to_dict())
+
+
+def _wrapper_versions_and_mappings(obj: dict, what: str) -> tuple[DataVersion, DataVersion | None, dict, dict]:
+    """A TopicConfigSerializeWrapper's fields after its topic table, read (and checked) in order."""
+    data_version = DataVersion.from_dict(obj["dataVersion"], f"{what}.dataVersion") if obj.get("dataVersion") \
+        is not None else DataVersion()
+    mapping = obj.get("mappingDataVersion")
+    infos = {topic: expect(info, dict, f"{what}.topicQueueMappingInfoMap[{topic}]")
+             for topic, info in get_dict(obj, "topicQueueMappingInfoMap", what).items() if info is not None}
+    return (data_version, None if mapping is None else DataVersion.from_dict(mapping, f"{what}.mappingDataVersion"),
+            infos, get_dict(obj, "topicQueueMappingDetailMap", what))
+
+
+def _topic_config_queue_fields(obj: Any, name: str) -> QueueFields:
+    return TopicConfig.from_dict(obj, name).queue_fields()
+
+
+@dataclass(slots=True)
+class TopicQueueTable:
+    """A broker's topic table as the route table reads it: per topic only its queue fields.
+
+    What the server decodes a registration into (`decode_registration`): a body of thousands of
+    topics would otherwise build (and check field by field) a TopicConfig per topic only for the
+    route table to copy five of its fields. Accepts and rejects exactly what
+    TopicConfigSerializeWrapper does.
+    """
+
+    topics: dict[str, QueueFields] = field(default_factory=dict)
+    data_version: DataVersion = field(default_factory=DataVersion)
+    topic_queue_mapping_info_map: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> TopicQueueTable:
+        what = "TopicConfigSerializeWrapper"
+        expect(obj, dict, what)
+        topics = fastpath.queue_fields(get_dict(obj, "topicConfigTable", what), _topic_config_queue_fields)
+        data_version, _, infos, _ = _wrapper_versions_and_mappings(obj, what)
+        return cls(topics, data_version, infos)
+
+    @classmethod
+    def of(cls, wrapper: TopicConfigSerializeWrapper) -> TopicQueueTable:
+        return cls(wrapper.queue_fields(), wrapper.data_version, wrapper.topic_queue_mapping_info_map)
+
+    def queue_fields(self) -> dict[str, QueueFields]:
+        return self.topics
 
 
 @dataclass(slots=True)
@@ -195,14 +266,9 @@ class RegisterBrokerBody:
         """Decode any of the three forms; a missing body is an empty topic table with DataVersion 0."""
         if not data:
             return cls(TopicConfigSerializeWrapper(), None)
-        if version < Version.V3_0_11:
-            return cls(TopicConfigSerializeWrapper.from_dict(jsonbody.loads(data, "TopicConfigSerializeWrapper")), None)
-        if compressed:
+        if compressed and version >= Version.V3_0_11:
             return cls._decode_compressed(data, version)
-        what = "RegisterBrokerBody"
-        obj = expect(jsonbody.loads(data, what), dict, what)
-        wrapper = TopicConfigSerializeWrapper.from_dict(get_dict(obj, "topicConfigSerializeWrapper", what))
-        return cls(wrapper, string_list(get_list(obj, "filterServerList", what), f"{what}.filterServerList"))
+        return cls(*_decode_json_body(data, version, TopicConfigSerializeWrapper.from_dict))
 
     @classmethod
     def _decode_compressed(cls, data: bytes, version: int) -> RegisterBrokerBody:
@@ -252,3 +318,23 @@ class RegisterBrokerBody:
                 mappings[expect(info.get("topic"), str, "TopicQueueMappingInfo.topic")] = info
         wrapper = TopicConfigSerializeWrapper(table, data_version, topic_queue_mapping_info_map=mappings)
         return cls(wrapper, servers)
+
+
+def _decode_json_body(data: bytes, version: int, read_wrapper: Callable[[Any], Any]) -> tuple[Any, list[str] | None]:
+    """(wrapper, filter servers) of a JSON body: the wrapper alone before 3.0.11, else inside a RegisterBrokerBody."""
+    if version < Version.V3_0_11:
+        return read_wrapper(jsonbody.loads(data, "TopicConfigSerializeWrapper")), None
+    what = "RegisterBrokerBody"
+    obj = expect(jsonbody.loads(data, what), dict, what)
+    wrapper = read_wrapper(get_dict(obj, "topicConfigSerializeWrapper", what))
+    return wrapper, string_list(get_list(obj, "filterServerList", what), f"{what}.filterServerList")
+
+
+def decode_registration(data: bytes | None, compressed: bool = False,
+                        version: int = Version.V5_3_3) -> tuple[TopicQueueTable, list[str] | None]:
+    """`RegisterBrokerBody.decode` as the server needs it: (topic table, filter servers). A JSON
+    body's topics go straight to their queue fields; the rare compressed form decodes fully."""
+    if data and not (compressed and version >= Version.V3_0_11):
+        return _decode_json_body(data, version, TopicQueueTable.from_dict)
+    body = RegisterBrokerBody.decode(data, compressed, version)
+    return TopicQueueTable.of(body.wrapper), body.filter_server_list

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from namesrv.channel import Channel
@@ -42,8 +42,12 @@ class RequestDispatcher:
     """Routes decoded requests to executors; workers run the processor and post encoded replies."""
 
     def __init__(self, config: NamesrvConfig, processor: Processor, outbox: Outbox, *,
-                 route_query_codes: Iterable[int], supported_codes: Iterable[int]) -> None:
+                 route_query_codes: Iterable[int], supported_codes: Iterable[int],
+                 answer_inline: Callable[[bytes], bytes | None] | None = None) -> None:
         self._processor = processor
+        #: Answers the reactor may give itself, no executor involved: a raw frame (no length
+        #: prefix) in, the whole response frame out, or None for "dispatch it" (cached route queries).
+        self.answer_inline = answer_inline
         self._outbox = outbox
         run = self._run_batch
         self.client_executor = BoundedExecutor("ClientRequestExecutorThread", config.client_request_thread_pool_nums,

@@ -8,7 +8,9 @@ slow reader has not taken yet, and an LRU order of activity for the idle sweep.
 
 What one connection's unsent replies may hold: up to the send high-water mark of messages of at
 most MAX_MESSAGE_BYTES inside ZeroMQ, plus `max_backlog_bytes` queued here; past that the peer is
-not reading and its connection is closed.
+not reading and its connection is closed. Each table holds at most `max_connections` peers; a
+newcomer beyond that is turned away at once (a TCP connection is closed, a ZeroMQ peer's message
+dropped), so a connection flood costs a bounded table, not memory without end.
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ Job = tuple[Channel, RemotingCommand]
 #: Channel.transport of the two endpoints.
 TCP_TRANSPORT = "tcp"
 ZMQ_TRANSPORT = "zmq"
+#: Connections refused for maxConnections are logged at most this often (with a running count).
+REFUSED_LOG_PERIOD = 1.0
 #: Replies leave in ZeroMQ messages of at most this many bytes (a single larger reply on the ZeroMQ
 #: endpoint excepted), so the send high-water mark, counted in messages, also bounds bytes.
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -77,12 +81,16 @@ class Endpoint:
 
     transport = ""
 
-    def __init__(self, sock: zmq.Socket, max_backlog_bytes: int, on_closed: Callable[[Channel], None]) -> None:
+    def __init__(self, sock: zmq.Socket, max_backlog_bytes: int, on_closed: Callable[[Channel], None], *,
+                 max_connections: int = 0) -> None:
         self.socket = sock
         self.connections: OrderedDict[bytes, Connection] = OrderedDict()
         self.blocked: set[bytes] = set()
         self._max_backlog_bytes = max_backlog_bytes
         self._on_closed = on_closed
+        self._max_connections = max_connections
+        self._refused = 0
+        self._refused_logged = -REFUSED_LOG_PERIOD
 
     # ---- transport-specific
     def read(self, budget: int, now: float, jobs: list[Job]) -> None:
@@ -105,6 +113,18 @@ class Endpoint:
         raise NotImplementedError
 
     # ---- shared
+    def _refuse_newcomer(self, peer: str, now: float) -> bool:
+        """True (and logged, at most once per REFUSED_LOG_PERIOD) if the table is full: the newcomer is refused."""
+        limit = self._max_connections
+        if not limit or len(self.connections) < limit:
+            return False
+        self._refused += 1
+        if now - self._refused_logged >= REFUSED_LOG_PERIOD:
+            self._refused_logged = now
+            log.warning("refused %s connection %s: maxConnections (%d) are open (%d refused so far)",
+                        self.transport, peer or "(peer already gone)", limit, self._refused)
+        return True
+
     def _touch(self, conn: Connection, now: float) -> None:
         conn.last_active = now
         self.connections.move_to_end(conn.channel.ident)
@@ -202,9 +222,11 @@ class StreamEndpoint(Endpoint):
     transport = TCP_TRANSPORT
 
     def __init__(self, sock: zmq.Socket, max_backlog_bytes: int, on_closed: Callable[[Channel], None],
-                 max_frame_length: int) -> None:
-        super().__init__(sock, max_backlog_bytes, on_closed)
+                 max_frame_length: int, *, max_connections: int = 0,
+                 answer_inline: Callable[[bytes], bytes | None] | None = None) -> None:
+        super().__init__(sock, max_backlog_bytes, on_closed, max_connections=max_connections)
         self._max_frame_length = max_frame_length
+        self._answer_inline = answer_inline
 
     def read(self, budget: int, now: float, jobs: list[Job]) -> None:
         sock = self.socket
@@ -227,11 +249,28 @@ class StreamEndpoint(Endpoint):
             self._take(conn, frame.bytes, jobs)
 
     def _decode(self, conn: Connection, message: bytes) -> list[RemotingCommand]:
+        """Frames `answer_inline` answers are answered here and now (once the whole message decoded)."""
         decode = RemotingCommand.decode
-        return [decode(frame) for frame in conn.decoder.feed(message)]
+        answer = self._answer_inline
+        if answer is None:
+            return [decode(frame) for frame in conn.decoder.feed(message)]
+        commands: list[RemotingCommand] = []
+        replies: list[bytes] = []
+        for frame in conn.decoder.feed(message):
+            reply = answer(frame)
+            if reply is None:
+                commands.append(decode(frame))
+            else:
+                replies.append(reply)
+        if replies:
+            self.send(conn.channel.ident, replies, conn.last_active)
+        return commands
 
     def _accept(self, ident: bytes, frame: zmq.Frame, now: float) -> None:
         channel = Channel(self.transport, ident, peer_address(frame))
+        if self._refuse_newcomer(channel.remote_addr, now):
+            self._disconnect(ident)
+            return
         self.connections[ident] = Connection(channel, FrameDecoder(self._max_frame_length), now)
         log.debug("tcp connection from %s", channel.remote_addr or "a peer already gone")
 
@@ -273,6 +312,8 @@ class RouterEndpoint(Endpoint):
             conn = connections.get(ident)
             if conn is None:
                 conn = self._accept(ident, parts[-1], now)
+                if conn is None:
+                    continue  # over maxConnections: dropped unanswered
             else:
                 self._touch(conn, now)
             self._take(conn, parts, jobs)
@@ -282,8 +323,11 @@ class RouterEndpoint(Endpoint):
             raise ProtocolError("message without a command frame")
         return [decode_msgpack(part.bytes) for part in message[1:]]
 
-    def _accept(self, ident: bytes, frame: zmq.Frame, now: float) -> Connection:
-        conn = Connection(Channel(self.transport, ident, peer_address(frame)), None, now)
+    def _accept(self, ident: bytes, frame: zmq.Frame, now: float) -> Connection | None:
+        channel = Channel(self.transport, ident, peer_address(frame))
+        if self._refuse_newcomer(channel.remote_addr, now):
+            return None
+        conn = Connection(channel, None, now)
         self.connections[ident] = conn
         log.debug("zmq peer %s", _peer(conn))
         return conn

@@ -16,6 +16,7 @@ import zmq
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
+from namesrv.remoting.curve import CurveServer
 from namesrv.remoting.dispatch import RequestDispatcher
 from namesrv.remoting.endpoints import MAX_MESSAGE_BYTES, Endpoint, Job, RouterEndpoint, StreamEndpoint
 from namesrv.remoting.outbox import Delivery, Outbox
@@ -60,23 +61,29 @@ class Reactor:
         #: "host:port" of the RocketMQ endpoint and the ZeroMQ endpoint actually bound (after bind()).
         self.tcp_address = ""
         self.zmq_address: str | None = None
+        self._curve: CurveServer | None = None
 
     # ---- lifecycle (any thread)
     def bind(self) -> None:
         """Bind both endpoints (in the caller's thread, so a port in use is reported before start)."""
         config = self._config
+        if config.zmq_listen_address:
+            self._curve = CurveServer.from_config(self._context, config)
         try:
             stream = self._listen(zmq.STREAM, tcp_endpoint(config.bind_address, config.listen_port))
             stream.setsockopt(zmq.STREAM_NOTIFY, 1)
             self._add(StreamEndpoint(stream, self._max_backlog_bytes(), self._on_channel_closed,
-                                     config.max_frame_length))
+                                     config.max_frame_length, max_connections=config.max_connections,
+                                     answer_inline=self._dispatcher.answer_inline))
             self.tcp_address = _bound(stream).removeprefix("tcp://")
             if config.zmq_listen_address:
                 router = self._listen(zmq.ROUTER, config.zmq_listen_address)
-                self._add(RouterEndpoint(router, self._max_backlog_bytes(), self._on_channel_closed))
+                self._add(RouterEndpoint(router, self._max_backlog_bytes(), self._on_channel_closed,
+                                         max_connections=config.max_connections))
                 self.zmq_address = _bound(router)
         except BindError:
             self._close_sockets(0)
+            self._stop_curve()
             raise
 
     def start(self) -> None:
@@ -100,6 +107,7 @@ class Reactor:
             if self._thread.is_alive():
                 log.error("the reactor did not stop within %.1f s; leaving its sockets open", timeout + 2)
                 return
+        self._stop_curve()
         self._context.term()
 
     def connection_counts(self) -> dict[str, int]:
@@ -120,6 +128,8 @@ class Reactor:
         if kind == zmq.ROUTER:
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a full or vanished peer is an error we see, not a silent drop
             sock.setsockopt(zmq.MAXMSGSIZE, config.max_frame_length)
+            if self._curve is not None:
+                self._curve.secure(sock)
         if "[" in endpoint:
             sock.setsockopt(zmq.IPV6, 1)
         try:
@@ -128,6 +138,11 @@ class Reactor:
             sock.close(0)
             raise BindError(endpoint, zmq.strerror(exc.errno)) from None
         return sock
+
+    def _stop_curve(self) -> None:
+        if self._curve is not None:
+            self._curve.stop()
+            self._curve = None
 
     def _add(self, endpoint: Endpoint) -> None:
         self._endpoints[endpoint.transport] = endpoint

@@ -5,7 +5,9 @@ turns most queries into a dict lookup. The route table invalidates exactly the t
 touches; this class only stores, evicts and forgets.
 
 Memory is bounded twice: there is one entry per topic that was actually queried (never per
-broker x topic), and a byte budget evicts the least recently used topics beyond it.
+broker x topic), and a byte budget evicts topics beyond it in second-chance (CLOCK) order: the
+oldest entry goes unless it was read since it was last considered. A hit only sets that bit, so
+reads never take the mutex (route queries are answered on the reactor thread).
 
 A body also depends on inputs outside the route tables (the order-topic configuration from the
 KV store, the acting-master switch): callers pass them as a `stamp`, and a stored body is only
@@ -24,28 +26,29 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
 
 class RouteBodyCache:
-    """topic -> {standard flavour?: (stamp, body)}, least recently used first.
+    """topic -> {standard flavour?: (stamp, body)}, oldest first, plus the topics read since.
 
-    Thread-safe on its own (readers of the route table fill it concurrently under the shared
-    read lock); invalidation is called by writers holding the route table's write lock.
+    Thread-safe on its own: `get` is lock-free (single dict and set operations, atomic under the
+    GIL); `put` (readers of the route table fill it concurrently under the shared read lock) and
+    invalidation (writers holding the route table's write lock) take the mutex.
     """
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self._max_bytes = max_bytes
         self._entries: OrderedDict[str, dict[bool, tuple[Hashable, bytes]]] = OrderedDict()
+        self._referenced: set[str] = set()
         self._bytes = 0
         self._mutex = threading.Lock()
 
     def get(self, topic: str, standard: bool, stamp: Hashable) -> bytes | None:
-        with self._mutex:
-            variants = self._entries.get(topic)
-            if variants is None:
-                return None
-            cached = variants.get(standard)
-            if cached is None or cached[0] != stamp:
-                return None
-            self._entries.move_to_end(topic)
-            return cached[1]
+        variants = self._entries.get(topic)
+        if variants is None:
+            return None
+        cached = variants.get(standard)
+        if cached is None or cached[0] != stamp:
+            return None
+        self._referenced.add(topic)
+        return cached[1]
 
     def put(self, topic: str, standard: bool, stamp: Hashable, body: bytes) -> None:
         cost = len(body) + ENTRY_OVERHEAD
@@ -63,7 +66,12 @@ class RouteBodyCache:
             variants[standard] = (stamp, body)
             self._bytes += cost
             while self._bytes > self._max_bytes:
-                self._drop(next(iter(self._entries)))
+                oldest = next(iter(self._entries))
+                if len(self._entries) > 1 and (oldest == topic or oldest in self._referenced):  # second chance
+                    self._referenced.discard(oldest)
+                    self._entries.move_to_end(oldest)
+                else:
+                    self._drop(oldest)
 
     def invalidate(self, topics: Collection[str]) -> None:
         """Forget the bodies of `topics`."""
@@ -88,5 +96,6 @@ class RouteBodyCache:
             return len(self._entries), self._bytes
 
     def _drop(self, topic: str) -> None:
+        self._referenced.discard(topic)
         for _, body in self._entries.pop(topic).values():
             self._bytes -= len(body) + ENTRY_OVERHEAD

@@ -37,7 +37,7 @@ from namesrv.protocol.route import (
     TopicList,
     TopicRouteData,
 )
-from namesrv.protocol.topic import DataVersion, TopicConfigSerializeWrapper
+from namesrv.protocol.topic import DataVersion, QueueFields, TopicConfigSerializeWrapper, TopicQueueTable
 from namesrv.routeinfo.cache import DEFAULT_MAX_BYTES, RouteBodyCache
 from namesrv.routeinfo.model import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
@@ -91,7 +91,7 @@ class RouteInfoManager:
         broker_name: str,
         broker_id: int,
         ha_server_addr: str | None,
-        wrapper: TopicConfigSerializeWrapper,
+        wrapper: TopicConfigSerializeWrapper | TopicQueueTable,
         filter_server_list: list[str] | None,
         channel: Channel | None,
         zone_name: str | None = None,
@@ -101,8 +101,10 @@ class RouteInfoManager:
     ) -> RegisterBrokerResult | None:
         """RocketMQ 5.x registerBroker (reference 4.2, steps 1-13).
 
-        Returns None when the single-topic guard refuses the registration (the caller answers
-        "register broker failed"); an empty result when a newer broker holds this id.
+        `wrapper` is the broker's topic table: the server passes a TopicQueueTable (only the queue
+        fields of each topic, decoded without TopicConfig objects); a TopicConfigSerializeWrapper
+        is read the same way. Returns None when the single-topic guard refuses the registration
+        (the caller answers "register broker failed"); an empty result when a newer broker holds this id.
         `body_fingerprint` identifies the undecoded body (anything hashable that changes whenever
         the decoded wrapper and filter list could): given, the next identical registration can
         take `refresh_registration`.
@@ -159,16 +161,17 @@ class RouteInfoManager:
             return self._master_of_locked(group, cluster_name, broker_id)
 
     def _register_locked(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
-                         ha_server_addr: str | None, wrapper: TopicConfigSerializeWrapper,
+                         ha_server_addr: str | None, wrapper: TopicConfigSerializeWrapper | TopicQueueTable,
                          filter_server_list: list[str] | None, channel: Channel | None, zone_name: str | None,
                          heartbeat_timeout_millis: int | None, enable_acting_master: bool | None,
                          registration: tuple | None) -> RegisterBrokerResult | None:
         group = self._brokers.get(broker_name)
+        topics = wrapper.queue_fields()
         # Step 7, checked first: an incremental single-topic registration must follow a full one
         # (issue #4522). Checking before any change means a refusal leaves no trace behind.
-        if (group is None or broker_id not in group.broker_addrs) and len(wrapper.topic_config_table) == 1:
+        if (group is None or broker_id not in group.broker_addrs) and len(topics) == 1:
             log.warning("refused single-topic registration of %s[%d] %s before its full registration: %s",
-                        broker_name, broker_id, broker_addr, list(wrapper.topic_config_table))
+                        broker_name, broker_id, broker_addr, list(topics))
             return None
         self._clusters.setdefault(cluster_name, set()).add(broker_name)  # step 1
         register_first = group is None  # step 2
@@ -210,8 +213,8 @@ class RouteInfoManager:
         is_master = broker_id == MASTER_ID  # step 9
         is_prime_slave = not old_version_broker and not is_master and broker_id == min(group.broker_addrs)
         if is_master or is_prime_slave:  # step 10
-            self._apply_topic_configs(broker_name, wrapper, register_first, version_changed,
-                                      wipe_write=is_prime_slave and group.enable_acting_master)
+            self._apply_topic_configs(broker_name, topics, wrapper.topic_queue_mapping_info_map, register_first,
+                                      version_changed, wipe_write=is_prime_slave and group.enable_acting_master)
 
         self._set_live(key, BrokerLiveInfo(  # step 11
             self._clock(), _timeout(heartbeat_timeout_millis), wrapper.data_version, channel, ha_server_addr,
@@ -233,24 +236,30 @@ class RouteInfoManager:
                 result.ha_server_addr = master_live.ha_server_addr
         return result
 
-    def _apply_topic_configs(self, broker_name: str, wrapper: TopicConfigSerializeWrapper, register_first: bool,
-                             version_changed: bool, wipe_write: bool) -> None:
+    def _apply_topic_configs(self, broker_name: str, table: dict[str, QueueFields], mappings: dict[str, Any],
+                             register_first: bool, version_changed: bool, wipe_write: bool) -> None:
         """Step 10: queue data of a master's (or acting prime slave's) topic table."""
-        table = wrapper.topic_config_table
-        if self._config.delete_topic_with_broker_registration and not wrapper.topic_queue_mapping_info_map:
+        if self._config.delete_topic_with_broker_registration and not mappings:
             for topic in [t for t in self._topics_of(broker_name) if t not in table]:
                 self._remove_queue(topic, broker_name)
         changed = 0
-        for config in table.values():
-            topic = config.topic_name
-            if register_first or version_changed or broker_name not in self._topic_queues.get(topic, ()):
-                perm = config.perm & ~PERM_WRITE if wipe_write else config.perm
-                changed += self._put_queue(topic, QueueData(broker_name, config.read_queue_nums,
-                                                            config.write_queue_nums, perm, config.topic_sys_flag))
+        topic_queues = self._topic_queues
+        apply_all = register_first or version_changed
+        for topic, read, write, perm, sys_flag in table.values():
+            queues = topic_queues.get(topic)
+            current = None if queues is None else queues.get(broker_name)
+            if current is not None and not apply_all:
+                continue
+            if wipe_write:
+                perm &= ~PERM_WRITE
+            if (current is not None and current.perm == perm and current.read_queue_nums == read
+                    and current.write_queue_nums == write and current.topic_sys_flag == sys_flag):
+                continue  # unchanged (most topics of a new data version): no QueueData to build and compare
+            changed += self._put_queue(topic, QueueData(broker_name, read, write, perm, sys_flag))
         if changed:
             log.info("broker %s: %d of %d topics created or changed", broker_name, changed, len(table))
-        if register_first or version_changed:
-            for topic, info in wrapper.topic_queue_mapping_info_map.items():
+        if apply_all:
+            for topic, info in mappings.items():
                 bname = info.get("bname") if isinstance(info, dict) else None
                 if not isinstance(bname, str):
                     log.warning("broker %s: static-topic mapping of %s has no bname, ignored", broker_name, topic)
@@ -450,6 +459,10 @@ class RouteInfoManager:
             body = route.encode(standard)
             self._route_cache.put(topic, standard, stamp, body)
         return body
+
+    def cached_topic_route_body(self, topic: str, standard: bool, order_topic_conf: str | None = None) -> bytes | None:
+        """`topic_route_body` when its answer is cached, else None: never locks the route table (reactor-safe)."""
+        return self._route_cache.get(topic, standard, (order_topic_conf, self._config.support_acting_master))
 
     def _pickup_locked(self, topic: str, acting: bool) -> TopicRouteData | None:
         queues = self._topic_queues.get(topic)

@@ -1,0 +1,295 @@
+"""Closed-loop throughput of namesrv as a fraction of the bare echo ceiling, measured in one run.
+
+    .venv/bin/python -m bench.throughput                       # all workloads, 3 ABAB rounds, 3 s legs
+    .venv/bin/python -m bench.throughput --workloads route --rounds 5 --leg-seconds 4
+    NAMESRV_PURE_PYTHON=1 .venv/bin/python -m bench.throughput # both servers on the pure-Python fast path
+    .venv/bin/python -m bench.throughput --namesrv-option serverWorkerProcesses=2
+
+Two servers run side by side for the whole run: bench/ceiling.py (pyzmq STREAM, split frames and
+echo them, nothing else) and a fresh namesrv (namesrv.launcher), or existing ones (--ceiling /
+--namesrv). For each workload, legs alternate ceiling, namesrv, ceiling, namesrv ... (ABAB, so
+drift on the shared 2-core machine hits both alike), each driven by independent load-generator
+processes (--generators) that keep a fixed number of requests in flight per connection. The
+answers per second of each leg, the medians and their ratio are printed, plus the server's
+answers per CPU-second (user + system of the server process, all its threads).
+
+Workloads (the issue 7 set):
+* route          GET_ROUTEINFO_BY_TOPIC, JSON header (or --serialize rocketmq), 4 connections x 32 in
+                 flight, over the 100 topics of one registered broker;
+* register-new   REGISTER_BROKER with a 100-topic body, 1 connection x 16 in flight, a new DataVersion
+                 in every request (the body differs, so the server decodes every one);
+* register-same  the same with an unchanged body (the periodic re-registration).
+
+The generator is built to outrun the servers: every request is rendered in advance (a pool per
+connection with distinct opaques, cycled, larger than the in-flight window), answers are only
+counted by splitting frames, and each received chunk is refilled with one send. One answer per
+chunk has its response code checked (namesrv must answer SUCCESS).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import selectors
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
+from namesrv.fastpath import split_frames  # noqa: E402
+from namesrv.launcher import NamesrvProcess  # noqa: E402
+from namesrv.protocol import DataVersion, RemotingCommand, ResponseCode  # noqa: E402
+from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH  # noqa: E402
+
+WORKLOADS = ("route", "register-new", "register-same")
+_RECV_BYTES = 1 << 20
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Per connection, a cycled pool of pre-rendered request frames; `in_flight` kept outstanding."""
+
+    name: str
+    pools: tuple[tuple[bytes, ...], ...]
+    in_flight: int
+
+
+@dataclass(frozen=True)
+class LegResult:
+    answers: int
+    seconds: float
+    bad: int
+    server_cpu_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.answers / self.seconds
+
+    @property
+    def per_cpu_second(self) -> float:
+        return self.answers / self.server_cpu_s if self.server_cpu_s > 0 else float("nan")
+
+
+def build_workload(name: str, fleet: FleetShape) -> Workload:
+    broker = fleet.broker(0)
+    if name == "route":
+        topics = fleet.cluster_topics(broker.cluster)
+        return Workload(name, tuple(tuple(route_template(fleet, topics[i % len(topics)]).render(c * 100_000 + i)
+                                          for i in range(1024)) for c in range(4)), 32)
+    if name == "register-new":
+        now = int(time.time() * 1000)
+        frames = tuple(register_template(fleet, broker, register_body(fleet, broker.cluster,
+                                                                      DataVersion(i + 1, now + i))).render(i + 1)
+                       for i in range(256))
+        return Workload(name, (frames,), 16)
+    if name == "register-same":
+        template = register_template(fleet, broker, register_body(fleet, broker.cluster, DataVersion(1, 1)))
+        return Workload(name, (tuple(template.render(i + 1) for i in range(256)),), 16)
+    raise ValueError(f"unknown workload {name!r} (known: {', '.join(WORKLOADS)})")
+
+
+def drive(address: tuple[str, int], pools: tuple[tuple[bytes, ...], ...], in_flight: int, start_at: float,
+          warmup_s: float, duration_s: float, expect_code: int | None, out: multiprocessing.Queue) -> None:
+    """One generator process: keep `in_flight` requests outstanding per connection; count answers."""
+    selector = selectors.DefaultSelector()
+    states = []
+    for pool in pools:
+        sock = socket.create_connection(address, timeout=5)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        state = [sock, pool, 0, b""]  # socket, frame pool, next index, partial frame
+        states.append(state)
+        selector.register(sock, selectors.EVENT_READ, state)
+    time.sleep(max(0.0, start_at - time.monotonic()))
+    for state in states:
+        _send_next(state, in_flight)
+    window_start = time.monotonic() + warmup_s
+    end = window_start + duration_s
+    answers = bad = 0
+    now = time.monotonic()
+    while now < end:
+        for key, _ in selector.select(0.2):
+            state = key.data
+            data = state[0].recv(_RECV_BYTES)
+            if not data:
+                raise ConnectionError(f"{address} closed the connection")
+            if state[3]:
+                data = state[3] + data
+            frames, consumed = split_frames(data, DEFAULT_MAX_FRAME_LENGTH)
+            state[3] = data[consumed:]
+            if frames:
+                if expect_code is not None and RemotingCommand.decode(frames[-1]).code != expect_code:
+                    bad += 1
+                _send_next(state, len(frames))
+                if now >= window_start:
+                    answers += len(frames)
+        now = time.monotonic()
+    for state in states:
+        state[0].close()
+    out.put((answers, now - window_start, bad))
+
+
+def _send_next(state: list, count: int) -> None:
+    pool, index = state[1], state[2]
+    stop = index + count
+    if stop <= len(pool):
+        chunk = pool[index:stop]
+    else:
+        chunk = pool[index:] + pool * ((stop - len(pool)) // len(pool)) + pool[:stop % len(pool)]
+    state[2] = stop % len(pool)
+    state[0].sendall(b"".join(chunk))
+
+
+def run_leg(address: str, pid: int | None, workload: Workload, generators: int, warmup_s: float,
+            duration_s: float, expect_code: int | None) -> LegResult:
+    host, port = address.rsplit(":", 1)
+    out: multiprocessing.Queue = multiprocessing.Queue()
+    shares = [workload.pools[g::generators] for g in range(generators)]
+    start_at = time.monotonic() + 0.3
+    procs = [multiprocessing.Process(target=drive, args=((host, int(port)), share, workload.in_flight, start_at,
+                                                          warmup_s, duration_s, expect_code, out), daemon=True)
+             for share in shares if share]
+    server = psutil.Process(pid) if pid else None
+    for proc in procs:
+        proc.start()
+    time.sleep(max(0.0, start_at + warmup_s - time.monotonic()))
+    cpu_before = _cpu(server)
+    results = [out.get(timeout=duration_s + warmup_s + 30) for _ in procs]
+    cpu_after = _cpu(server)
+    for proc in procs:
+        proc.join(5)
+    return LegResult(sum(r[0] for r in results), max(r[1] for r in results), sum(r[2] for r in results),
+                     cpu_after - cpu_before)
+
+
+def _cpu(process: psutil.Process | None) -> float:
+    """CPU seconds of the server and its children (worker processes)."""
+    if process is None:
+        return 0.0
+    total = 0.0
+    for proc in [process, *process.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def register_once(address: str, fleet: FleetShape) -> socket.socket:
+    """Bring the route workload's broker up; it stays registered while the returned connection is open."""
+    broker = fleet.broker(0)
+    frame = register_template(fleet, broker, register_body(fleet, broker.cluster, DataVersion(1, 1))).render(1)
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    sock.sendall(frame)
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("namesrv closed the connection during registration")
+        data += chunk
+        frames, _ = split_frames(data, DEFAULT_MAX_FRAME_LENGTH)
+        if frames:
+            response = RemotingCommand.decode(frames[0])
+            if response.code != ResponseCode.SUCCESS:
+                raise RuntimeError(f"registration failed: {response}")
+            return sock
+
+
+class CeilingProcess:
+    """bench/ceiling.py as a child process on a free port."""
+
+    def __init__(self) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(_ROOT), os.environ.get("PYTHONPATH")))))
+        self._proc = subprocess.Popen([sys.executable, "-m", "bench.ceiling", "--port", "0"], stdout=subprocess.PIPE,
+                                      text=True, cwd=_ROOT, env=env)
+        line = self._proc.stdout.readline()
+        if not line.startswith("ceiling listening on "):
+            self.close()
+            raise RuntimeError(f"bench.ceiling did not start: {line!r}")
+        self.address = line.split()[-1]
+        self.pid = self._proc.pid
+
+    def close(self) -> None:
+        self._proc.terminate()
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.throughput", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}")
+    parser.add_argument("--rounds", type=int, default=3, help="ABAB rounds per workload (medians over them)")
+    parser.add_argument("--leg-seconds", type=float, default=3.0, help="measured seconds per leg")
+    parser.add_argument("--warmup-seconds", type=float, default=0.5, help="unmeasured seconds at the start of a leg")
+    parser.add_argument("--generators", type=int, default=1, help="load-generator processes per leg")
+    parser.add_argument("--serialize", choices=("json", "rocketmq"), default="json", help="request header codec")
+    parser.add_argument("--ceiling", metavar="HOST:PORT", help="use a running bench.ceiling instead of starting one")
+    parser.add_argument("--namesrv", metavar="HOST:PORT", help="use a running namesrv instead of starting one")
+    parser.add_argument("--namesrv-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="configuration override for the namesrv started here (repeatable)")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    workloads = [w for w in args.workloads.split(",") if w]
+    if not 1 <= args.rounds <= 20 or not 0.5 <= args.leg_seconds <= 60 or not 1 <= args.generators <= 8:
+        parser.error("rounds must be 1..20, leg seconds 0.5..60, generators 1..8")
+    fleet = FleetShape(brokers=1, topics_per_broker=100, queues_per_topic=8, clusters=1, slaves_per_master=0,
+                       serialize=args.serialize)
+    built = [build_workload(name, fleet) for name in workloads]
+    overrides = dict(option.split("=", 1) for option in args.namesrv_option)
+    ceiling = None if args.ceiling else CeilingProcess()
+    namesrv = None if args.namesrv else NamesrvProcess(overrides).start()
+    try:
+        ceiling_address, ceiling_pid = (args.ceiling, None) if ceiling is None else (ceiling.address, ceiling.pid)
+        namesrv_address, namesrv_pid = (args.namesrv, None) if namesrv is None else (namesrv.address, namesrv.pid)
+        registration = register_once(namesrv_address, fleet)
+        print(f"ceiling {ceiling_address}, namesrv {namesrv_address} ({overrides or 'defaults'}), "
+              f"fast path {os.environ.get('NAMESRV_PURE_PYTHON') == '1' and 'pure Python' or 'default'}, "
+              f"{args.generators} generator process(es), {args.rounds} ABAB rounds of {args.leg_seconds} s legs")
+        report = {}
+        for workload in built:
+            legs: dict[str, list[LegResult]] = {"ceiling": [], "namesrv": []}
+            for _ in range(args.rounds):
+                for target, address, pid, expect in (("ceiling", ceiling_address, ceiling_pid, None),
+                                                     ("namesrv", namesrv_address, namesrv_pid, ResponseCode.SUCCESS)):
+                    leg = run_leg(address, pid, workload, args.generators, args.warmup_seconds, args.leg_seconds,
+                                  expect)
+                    legs[target].append(leg)
+                    print(f"  {workload.name:14} {target:8} {leg.rate:>10,.0f}/s  "
+                          f"{leg.per_cpu_second:>10,.0f}/CPU-s  bad answers {leg.bad}", flush=True)
+            ceiling_rate = statistics.median(leg.rate for leg in legs["ceiling"])
+            namesrv_rate = statistics.median(leg.rate for leg in legs["namesrv"])
+            namesrv_cpu = statistics.median(leg.per_cpu_second for leg in legs["namesrv"])
+            report[workload.name] = {"ceiling_per_s": ceiling_rate, "namesrv_per_s": namesrv_rate,
+                                     "ratio": namesrv_rate / ceiling_rate, "namesrv_per_cpu_s": namesrv_cpu,
+                                     "bad_answers": sum(leg.bad for leg in legs["namesrv"])}
+            print(f"{workload.name:14} ceiling {ceiling_rate:>10,.0f}/s  namesrv {namesrv_rate:>10,.0f}/s  "
+                  f"ratio {namesrv_rate / ceiling_rate:.3f}  namesrv {namesrv_cpu:,.0f}/CPU-s", flush=True)
+        registration.close()
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+    finally:
+        if namesrv is not None:
+            namesrv.close()
+        if ceiling is not None:
+            ceiling.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The server's registration decode (`decode_registration`, `queue_fields` on both fast paths)
+accepts, rejects and reads exactly what the full `RegisterBrokerBody.decode` does."""
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from namesrv import _purepath
+from namesrv.protocol import ProtocolError, RegisterBrokerBody, TopicConfig
+from namesrv.protocol.codes import Version
+from namesrv.protocol.topic import DataVersion, TopicConfigSerializeWrapper, TopicQueueTable, decode_registration
+
+try:
+    from namesrv import _fastpath
+except ImportError:  # extension not built in this checkout
+    _fastpath = None
+
+IMPLEMENTATIONS = [
+    pytest.param(_purepath, id="python"),
+    pytest.param(_fastpath, id="cython", marks=pytest.mark.skipif(_fastpath is None, reason="not built")),
+]
+INT32 = st.integers(-(2 ** 31), 2 ** 31 - 1)
+ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 40), 2 ** 40), st.text(max_size=6),
+                      st.sampled_from(["SINGLE_TAG", "MULTI_TAG", "7", "-3", "true", ""]), st.just({}), st.just([]),
+                      st.just(2 ** 31), st.just(-(2 ** 31) - 1), st.floats(allow_nan=False, width=32))
+PLAIN = st.fixed_dictionaries({
+    "topicName": st.text(min_size=1, max_size=8), "readQueueNums": INT32, "writeQueueNums": INT32, "perm": INT32,
+    "topicSysFlag": INT32, "order": st.booleans(), "topicFilterType": st.sampled_from(["SINGLE_TAG", "MULTI_TAG"]),
+    "attributes": st.one_of(st.none(), st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2)),
+})
+KEYS = ["topicName", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag", "order", "topicFilterType",
+        "attributes"]
+ENTRY = st.one_of(
+    PLAIN,
+    st.builds(lambda obj, replaced, removed: {**{k: v for k, v in obj.items() if k not in removed}, **replaced},
+              PLAIN, st.dictionaries(st.sampled_from(KEYS), ANY_VALUE, min_size=1, max_size=3),
+              st.sets(st.sampled_from(KEYS), max_size=2)),
+    ANY_VALUE,
+)
+TABLE = st.dictionaries(st.text(max_size=4), ENTRY, max_size=6)
+
+
+def outcome(read, *args):
+    try:
+        return read(*args)
+    except ProtocolError as exc:
+        return f"ProtocolError: {exc}"
+
+
+def full_fields(table: dict) -> dict:
+    return {key: TopicConfig.from_dict(obj, key).queue_fields() for key, obj in table.items()}
+
+
+def fallback(obj, key):
+    return TopicConfig.from_dict(obj, key).queue_fields()
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@settings(max_examples=400)
+@given(table=TABLE)
+def test_queue_fields_read_a_table_as_topic_config_does(impl, table):
+    assert outcome(impl.queue_fields, table, fallback) == outcome(full_fields, table)
+
+
+@pytest.mark.skipif(_fastpath is None, reason="not built")
+@settings(max_examples=400)
+@given(table=TABLE)
+def test_both_fast_paths_agree_including_which_entries_fall_back(table):
+    def tagged(obj, key):
+        return ("fallback", key)
+
+    assert _fastpath.queue_fields(table, tagged) == _purepath.queue_fields(table, tagged)
+
+
+@settings(max_examples=300)
+@given(table=TABLE, version=st.one_of(st.none(), ANY_VALUE, st.just({"counter": 3, "timestamp": 9})),
+       mappings=st.sampled_from([None, {}, {"T": {"bname": "b1"}}, {"T": 1}, []]),
+       servers=st.sampled_from([None, [], ["f:1"], [1], "x"]),
+       codec=st.sampled_from([(False, Version.V5_3_3), (False, Version.V3_0_11 - 1), (True, Version.V5_3_3)]))
+def test_decode_registration_matches_the_full_decode(table, version, mappings, servers, codec):
+    wrapper = {"topicConfigTable": table, "dataVersion": version, "topicQueueMappingInfoMap": mappings}
+    compressed, protocol_version = codec
+    if compressed:
+        try:
+            data = RegisterBrokerBody(TopicConfigSerializeWrapper.from_dict(wrapper), servers).encode(True)
+        except (ProtocolError, TypeError, AttributeError):
+            return  # only well-formed tables have a compressed form
+    elif protocol_version < Version.V3_0_11:
+        data = orjson.dumps(wrapper)
+    else:
+        data = orjson.dumps({"topicConfigSerializeWrapper": wrapper, "filterServerList": servers})
+
+    def full(data):
+        body = RegisterBrokerBody.decode(data, compressed, protocol_version)
+        return TopicQueueTable.of(body.wrapper), body.filter_server_list
+
+    assert outcome(decode_registration, data, compressed, protocol_version) == outcome(full, data)
+
+
+def test_an_empty_body_is_an_empty_table():
+    assert decode_registration(None) == (TopicQueueTable({}, DataVersion(), {}), None)
