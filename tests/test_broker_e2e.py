@@ -4,7 +4,6 @@ learning its master, need-register, unregistration, and a 100k-topic broker."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -12,10 +11,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
+from process_control import frozen
 from namesrv.client import (
     AsyncBrokerOuterAPI,
     AsyncBrokerService,
@@ -30,18 +29,6 @@ from namesrv.protocol.codes import PERM_READ
 FAST_SCAN = {"scanNotActiveBrokerInterval": "200"}
 
 
-@contextlib.contextmanager
-def frozen(pid: int) -> Iterator[None]:
-    """SIGSTOP the process, wait until the kernel reports it stopped, SIGCONT on exit."""
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        deadline = time.monotonic() + 5
-        while "T (stopped)" not in Path(f"/proc/{pid}/status").read_text():
-            assert time.monotonic() < deadline, "process did not stop"
-            time.sleep(0.005)
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 def run(coroutine: object, limit: float = 120) -> object:

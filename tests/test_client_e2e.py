@@ -4,15 +4,11 @@ and route cache, and the ZeroMQ DEALER client."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from process_control import frozen
 from namesrv.client import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     AsyncBrokerOuterAPI,
@@ -43,18 +39,6 @@ def run(coroutine: object) -> object:
     return asyncio.run(asyncio.wait_for(coroutine, 60))  # type: ignore[arg-type]
 
 
-@contextlib.contextmanager
-def frozen(pid: int) -> Iterator[None]:
-    """SIGSTOP the process, wait until the kernel reports it stopped, SIGCONT on exit."""
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        deadline = time.monotonic() + 5
-        while "T (stopped)" not in Path(f"/proc/{pid}/status").read_text():
-            assert time.monotonic() < deadline, "process did not stop"
-            time.sleep(0.005)
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 def topics_with_distinct_queue_counts(count: int) -> TopicConfigSerializeWrapper:
