@@ -16,6 +16,12 @@ from namesrv.routeinfo import RouteInfoManager
 FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
 
 
+def wants_standard_json(version: int, accept_standard_json_only: str | None) -> bool:
+    """Standard JSON from 4.9.4 on, or when the client asks for it; older (Go, C++) clients get legacy."""
+    return version >= Version.V4_9_4 or (accept_standard_json_only is not None
+                                         and accept_standard_json_only.lower() == "true")
+
+
 def get_routeinfo_by_topic(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
     """The route in the flavour the client parses: standard JSON from 4.9.4 on (or when asked), else legacy."""
     config = ctx.config
@@ -23,7 +29,7 @@ def get_routeinfo_by_topic(ctx: HandlerContext, request: RemotingCommand, channe
         return request.make_response(ResponseCode.SYSTEM_ERROR, "name server not ready")
     header = RequestHeader(request)
     topic = header.required_text("topic")
-    standard = request.version >= Version.V4_9_4 or header.boolean("acceptStandardJsonOnly") is True
+    standard = wants_standard_json(request.version, header.text("acceptStandardJsonOnly"))
     order_topic_conf = ctx.kv.get(ORDER_TOPIC_CONFIG, topic) if config.order_message_enable else None
     body = ctx.routes.topic_route_body(topic, standard, order_topic_conf)
     if body is None:

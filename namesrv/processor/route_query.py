@@ -21,7 +21,8 @@ import orjson
 from namesrv import fastpath
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import HandlerContext
-from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType, Version
+from namesrv.processor.route_handlers import wants_standard_json
+from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.errors import ProtocolError
 
@@ -35,7 +36,6 @@ _BINARY_OPAQUE_AT = 5  # code (2) + language (1) + version (2)
 _ROUTE_QUERY = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
 _NOT_PLAIN = FLAG_RESPONSE | FLAG_ONEWAY
 _INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
-_STANDARD_FROM = int(Version.V4_9_4)
 _OPAQUE_KEY = b'"opaque":'
 #: Bound of the remembered JSON headers (clients x topics of those polling; cleared when full).
 _SEEN_HEADERS = 16384
@@ -85,8 +85,7 @@ def _parse_json(header: bytes) -> tuple[int, str, bool] | None:
     topic = ext.get("topic")
     if topic is None:
         return None
-    accept = ext.get("acceptStandardJsonOnly")
-    return opaque, topic, version >= _STANDARD_FROM or (accept is not None and accept.lower() == "true")
+    return opaque, topic, wants_standard_json(version, ext.get("acceptStandardJsonOnly"))
 
 
 class RouteQueryFastPath:
@@ -167,5 +166,4 @@ class RouteQueryFastPath:
         topic = ext.get("topic")
         if topic is None:
             return None
-        accept = ext.get("acceptStandardJsonOnly")
-        return opaque, topic, version >= _STANDARD_FROM or (accept is not None and accept.lower() == "true")
+        return opaque, topic, wants_standard_json(version, ext.get("acceptStandardJsonOnly"))
