@@ -44,9 +44,15 @@ class BaseConnection:
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._opaque = 0
         self._closed_error: RemotingError | None = None
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
 
     # ---- what subclasses provide ----
-    def _write_command(self, request: RemotingCommand) -> None:
+    def _encode(self, request: RemotingCommand) -> bytes:
+        raise NotImplementedError
+
+    def _send(self, out: list[bytes]) -> None:
+        """Hand one loop turn's encoded requests to the transport."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -54,6 +60,19 @@ class BaseConnection:
 
     async def drain(self) -> None:
         """Wait until the transport accepts more data (only oneway floods need this)."""
+
+    # ---- writing: everything queued in one loop turn goes out in one send ----
+    def _write_command(self, request: RemotingCommand) -> None:
+        self._out.append(self._encode(request))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if out and self._closed_error is None:
+            self._send(out)
 
     # ---- calls ----
     @property
@@ -162,8 +181,6 @@ class RemotingConnection(BaseConnection, asyncio.Protocol):
         super().__init__(address, serialize_type)
         self._decoder = FrameDecoder(max_frame_length)
         self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] = []
-        self._flush_scheduled = False
         self._writable: asyncio.Future[None] | None = None
 
     @classmethod
@@ -211,15 +228,10 @@ class RemotingConnection(BaseConnection, asyncio.Protocol):
         self._wake_writers()
 
     # ---- writing ----
-    def _write_command(self, request: RemotingCommand) -> None:
-        self._out.append(request.encode())
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+    def _encode(self, request: RemotingCommand) -> bytes:
+        return request.encode()
 
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        out, self._out = self._out, []
+    def _send(self, out: list[bytes]) -> None:
         if self._transport is None or self._transport.is_closing():
             return
         self._transport.write(out[0] if len(out) == 1 else b"".join(out))

@@ -61,8 +61,6 @@ class ZmqRemotingConnection(BaseConnection):
     def __init__(self, address: str, socket: zmq.asyncio.Socket) -> None:
         super().__init__(address, SERIALIZE_MSGPACK)
         self._socket = socket
-        self._out: list[bytes] = []
-        self._flush_scheduled = False
         self._reader = self._loop.create_task(self._read_loop())
 
     @classmethod
@@ -81,17 +79,10 @@ class ZmqRemotingConnection(BaseConnection):
             raise RemotingConnectError(f"cannot connect to {address}: {exc}") from None
         return cls(address, socket)
 
-    def _write_command(self, request: RemotingCommand) -> None:
-        self._out.append(encode_msgpack(request))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+    def _encode(self, request: RemotingCommand) -> bytes:
+        return encode_msgpack(request)
 
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        out, self._out = self._out, []
-        if self._closed_error is not None:
-            return
+    def _send(self, out: list[bytes]) -> None:
         sent = self._socket.send_multipart(out)
         sent.add_done_callback(self._sent)
 
