@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import zmq
 
 from namesrv import fastpath
 from namesrv.launcher import NamesrvProcess
@@ -38,6 +39,14 @@ def each_fastpath(request: pytest.FixtureRequest) -> Iterator[object]:
         for name in ("split_frames", "decode_binary_header", "encode_binary_header", "body_crc32"):
             patch.setattr(fastpath, name, getattr(module, name))
         yield module
+
+
+@pytest.fixture
+def zmq_context() -> Iterator[zmq.Context]:
+    """A ZeroMQ context for test sockets, destroyed without linger after the test."""
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
 
 
 @pytest.fixture

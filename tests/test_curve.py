@@ -4,7 +4,6 @@ CURVE, gets nothing while the others keep being served; half or bad key configur
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,19 +32,12 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def context() -> Iterator[zmq.Context]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
-@pytest.fixture
 def namesrv(namesrv_factory, keys):
     return namesrv_factory(zmqCurveSecretKeyFile=keys["server_secret"], zmqCurveAllowedClientsDir=keys["allowed"])
 
 
-def dealer(context: zmq.Context, endpoint: str, curve: CurveClientKeys | None) -> zmq.Socket:
-    sock = context.socket(zmq.DEALER)
+def dealer(zmq_context: zmq.Context, endpoint: str, curve: CurveClientKeys | None) -> zmq.Socket:
+    sock = zmq_context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     if curve is not None:
         curve.apply(sock)
@@ -63,9 +55,9 @@ def ask(sock: zmq.Socket, timeout: float) -> RemotingCommand | None:
     return decode_msgpack(frame)
 
 
-def test_an_allowed_client_is_served(namesrv, keys, context) -> None:
+def test_an_allowed_client_is_served(namesrv, keys, zmq_context) -> None:
     allowed = CurveClientKeys.from_files(keys["client_secret"], keys["server_public"])
-    answer = ask(dealer(context, namesrv.zmq_address, allowed), 5)
+    answer = ask(dealer(zmq_context, namesrv.zmq_address, allowed), 5)
     assert answer is not None and answer.code == ResponseCode.SUCCESS and answer.opaque == 7
     namesrv.wait_for_log(r"zmq endpoint: CURVE on, 1 client keys allowed")
 
@@ -78,9 +70,9 @@ def test_the_namesrv_client_speaks_curve(namesrv, keys) -> None:
 
 
 @pytest.mark.parametrize("who", ["unknown key", "no CURVE", "wrong server key"])
-def test_a_refused_client_gets_nothing_and_others_keep_being_served(namesrv, keys, context, who) -> None:
+def test_a_refused_client_gets_nothing_and_others_keep_being_served(namesrv, keys, zmq_context, who) -> None:
     allowed_keys = CurveClientKeys.from_files(keys["client_secret"], keys["server_public"])
-    allowed = dealer(context, namesrv.zmq_address, allowed_keys)
+    allowed = dealer(zmq_context, namesrv.zmq_address, allowed_keys)
     assert ask(allowed, 5).code == ResponseCode.SUCCESS
     refused_keys = {
         "unknown key": CurveClientKeys.from_files(keys["stranger_secret"], keys["server_public"]),
@@ -88,18 +80,18 @@ def test_a_refused_client_gets_nothing_and_others_keep_being_served(namesrv, key
         "wrong server key": CurveClientKeys(allowed_keys.public_key, allowed_keys.secret_key,
                                             zmq.curve_keypair()[0]),
     }[who]
-    refused = dealer(context, namesrv.zmq_address, refused_keys)
+    refused = dealer(zmq_context, namesrv.zmq_address, refused_keys)
     assert ask(refused, 1.5) is None
     if who == "unknown key":
         namesrv.wait_for_log(r"WARNING .*refused a zmq CURVE client with unknown public key "
                              + re.escape(zmq.auth.load_certificate(keys["stranger_secret"])[0].decode()))
     assert ask(allowed, 5).code == ResponseCode.SUCCESS
-    assert ask(dealer(context, namesrv.zmq_address, allowed_keys), 5).code == ResponseCode.SUCCESS
+    assert ask(dealer(zmq_context, namesrv.zmq_address, allowed_keys), 5).code == ResponseCode.SUCCESS
 
 
-def test_curve_is_off_by_default(namesrv_factory, context) -> None:
+def test_curve_is_off_by_default(namesrv_factory, zmq_context) -> None:
     namesrv = namesrv_factory()
-    assert ask(dealer(context, namesrv.zmq_address, None), 5).code == ResponseCode.SUCCESS
+    assert ask(dealer(zmq_context, namesrv.zmq_address, None), 5).code == ResponseCode.SUCCESS
     assert "CURVE" not in namesrv.log_text()
 
 

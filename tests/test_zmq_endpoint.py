@@ -3,7 +3,6 @@ message) to a real namesrv process and gets one reply frame per answered command
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import msgpack
 import pytest
@@ -26,8 +25,8 @@ from namesrv.protocol.msgpack_codec import SERIALIZE_MSGPACK, decode_msgpack, en
 class Dealer:
     """A DEALER socket connected to the server's ROUTER endpoint."""
 
-    def __init__(self, context: zmq.Context, endpoint: str) -> None:
-        self.socket = context.socket(zmq.DEALER)
+    def __init__(self, zmq_context: zmq.Context, endpoint: str) -> None:
+        self.socket = zmq_context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.connect(endpoint)
         self._opaque = 0
@@ -61,13 +60,6 @@ class Dealer:
 
 
 @pytest.fixture
-def context() -> Iterator[zmq.Context]:
-    context = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
-@pytest.fixture
 def namesrv(namesrv_factory):
     return namesrv_factory()
 
@@ -79,8 +71,8 @@ def registration(dealer: Dealer) -> RemotingCommand:
                                                         "clusterName": "ZC", "haServerAddr": "", "brokerId": 0}, body)
 
 
-def test_a_message_of_several_commands_gets_one_reply_frame_each(namesrv, context) -> None:
-    dealer = Dealer(context, namesrv.zmq_address)
+def test_a_message_of_several_commands_gets_one_reply_frame_each(namesrv, zmq_context) -> None:
+    dealer = Dealer(zmq_context, namesrv.zmq_address)
     register = registration(dealer)
     assert dealer.call(register).code == ResponseCode.SUCCESS
     requests = [dealer.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "ZmqTopic"}) for _ in range(50)]
@@ -99,8 +91,8 @@ def test_a_message_of_several_commands_gets_one_reply_frame_each(namesrv, contex
     assert dealer.silent(0.2)  # nothing beyond one reply per command
 
 
-def test_a_broker_registered_over_zmq_is_routable_over_tcp(namesrv, context, raw_connect) -> None:
-    dealer = Dealer(context, namesrv.zmq_address)
+def test_a_broker_registered_over_zmq_is_routable_over_tcp(namesrv, zmq_context, raw_connect) -> None:
+    dealer = Dealer(zmq_context, namesrv.zmq_address)
     assert dealer.call(registration(dealer)).code == ResponseCode.SUCCESS
     conn = raw_connect(namesrv.address)
     answer = conn.call(conn.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "ZmqTopic"}))
@@ -109,8 +101,8 @@ def test_a_broker_registered_over_zmq_is_routable_over_tcp(namesrv, context, raw
     namesrv.wait_for_log(r"new broker registered: zb\[0\] 127\.0\.0\.1:40911")
 
 
-def test_oneway_commands_get_no_reply_frame(namesrv, context) -> None:
-    dealer = Dealer(context, namesrv.zmq_address)
+def test_oneway_commands_get_no_reply_frame(namesrv, zmq_context) -> None:
+    dealer = Dealer(zmq_context, namesrv.zmq_address)
     put = dealer.request(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k", "value": "v"}, oneway=True)
     get = dealer.request(RequestCode.GET_KV_CONFIG, {"namespace": "NS", "key": "k"})
     dealer.send(put)
@@ -121,8 +113,8 @@ def test_oneway_commands_get_no_reply_frame(namesrv, context) -> None:
     assert reply.ext_fields == {"value": "v"}
 
 
-def test_a_malformed_frame_drops_that_peer_only_and_is_logged(namesrv, context) -> None:
-    bystander, bad = Dealer(context, namesrv.zmq_address), Dealer(context, namesrv.zmq_address)
+def test_a_malformed_frame_drops_that_peer_only_and_is_logged(namesrv, zmq_context) -> None:
+    bystander, bad = Dealer(zmq_context, namesrv.zmq_address), Dealer(zmq_context, namesrv.zmq_address)
     assert bystander.call(bystander.request(RequestCode.GET_BROKER_CLUSTER_INFO)).code == ResponseCode.SUCCESS
     bad.socket.send_multipart([encode_msgpack(bad.request(RequestCode.GET_BROKER_CLUSTER_INFO)), b"\xc1garbage"])
     bad.socket.send_multipart([msgpack.packb([1, 2, 3])])
@@ -134,8 +126,8 @@ def test_a_malformed_frame_drops_that_peer_only_and_is_logged(namesrv, context) 
     assert bad.call(bad.request(RequestCode.GET_BROKER_CLUSTER_INFO)).code == ResponseCode.SUCCESS
 
 
-def test_an_unknown_code_over_zmq_is_not_supported(namesrv, context) -> None:
-    dealer = Dealer(context, namesrv.zmq_address)
+def test_an_unknown_code_over_zmq_is_not_supported(namesrv, zmq_context) -> None:
+    dealer = Dealer(zmq_context, namesrv.zmq_address)
     reply = dealer.call(dealer.request(999))
     assert (reply.code, reply.remark) == (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, " request type 999 not supported")
 
