@@ -443,6 +443,15 @@ def build_report(spark: SparkSession, locations: Sequence[str], out_dir: Path,
     return report
 
 
+def report_with_own_session(master: str | None, locations: Sequence[str], out_dir: Path, title: str) -> Path:
+    """build_report in a session started (and stopped) for it: the command line and sweeps."""
+    spark = create_spark(master)
+    try:
+        return build_report(spark, locations, out_dir, title)
+    finally:
+        spark.stop()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="run directories (local paths or Hadoop-compatible URIs)")
@@ -451,12 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--title", default="namesrv heartbeat storm report")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    spark = create_spark(args.master)
-    try:
-        report = build_report(spark, args.runs, args.out, args.title)
-    finally:
-        spark.stop()
-    print(f"report: {report}")
+    print(f"report: {report_with_own_session(args.master, args.runs, args.out, args.title)}")
     return 0
 
 

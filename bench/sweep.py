@@ -159,12 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_results(results, args.mode))
     print(f"sweep directory: {sweep_dir}")
     if args.report:
-        spark = spark_report.create_spark(None)
-        try:
-            report = spark_report.build_report(spark, [str(r.run_dir) for _, r in results], sweep_dir / "report",
-                                               title="namesrv thread-setting sweep")
-        finally:
-            spark.stop()
+        report = spark_report.report_with_own_session(None, [str(r.run_dir) for _, r in results],
+                                                      sweep_dir / "report", "namesrv thread-setting sweep")
         print(f"report: {report}")
     return 0
 
