@@ -3,17 +3,21 @@
 Run: `.venv/bin/python -m pytest bench/codec_bench.py -q -s` (or `make codec-bench`).
 Both implementations of each case are measured by pytest-benchmark; at the end one line per
 case gives both per-call times (the minimum over rounds, the least disturbed by other load on a
-shared machine) and `speedup: N.Nx` = python time / cython time.
+shared machine) and `speedup: N.Nx` = python time / cython time. The scan_json cases (a
+REGISTER_BROKER body of 100 and of 10,000 topics) also measure plain `orjson.loads` of the same
+body, the parse the scanner replaces, and give `N.Nx orjson.loads` = orjson time / cython time.
 """
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
 
+import orjson
 import pytest
 
+from bench.storm.fleet import FleetShape, register_body
 from namesrv import _purepath
-from namesrv.protocol import RemotingCommand, SerializeType
+from namesrv.protocol import DataVersion, RemotingCommand, SerializeType
 
 try:
     from namesrv import _fastpath
@@ -43,14 +47,29 @@ FRAME = frame_of_200_bytes()
 STREAM = (FRAME * (65536 // len(FRAME) + 1))[:65536]  # 64 KiB as a recv() returns it: 327 frames + a partial one
 HEADER = _purepath.encode_binary_header(*HEADER_ARGS)
 CRC_DATA = random.Random(0).randbytes(16 * 1024)
+TABLE_PATH = ("topicConfigSerializeWrapper", "topicConfigTable")
+
+
+def registration_body(topics: int) -> bytes:
+    """The JSON RegisterBrokerBody of a broker with `topics` topics of 8 queues, as bench/storm sends it."""
+    fleet = FleetShape(brokers=1, slaves_per_master=0, topics_per_broker=topics, clusters=1)
+    return register_body(fleet, fleet.broker(0).cluster, DataVersion(1, 1700000000000))
+
+
+def scan_case(body: bytes) -> Callable:
+    return lambda impl: lambda: impl.scan_json(body, TABLE_PATH)
+
+
+BODIES = {"scan_json_100": registration_body(100), "scan_json_10000": registration_body(10_000)}
 
 CASES: dict[str, Callable] = {
     "frame_split": lambda impl: lambda: impl.split_frames(STREAM, MAX_FRAME),
     "header_decode": lambda impl: lambda: impl.decode_binary_header(HEADER),
     "header_encode": lambda impl: lambda: impl.encode_binary_header(*HEADER_ARGS),
     "crc32": lambda impl: lambda: impl.body_crc32(CRC_DATA),
+    **{case: scan_case(body) for case, body in BODIES.items()},
 }
-BYTES_PER_CALL = {"crc32": len(CRC_DATA)}
+BYTES_PER_CALL = {"crc32": len(CRC_DATA), **{case: len(body) for case, body in BODIES.items()}}
 
 _seconds_per_call: dict[tuple[str, str], float] = {}
 
@@ -69,6 +88,11 @@ def _summary_line(case: str) -> str:
     line = f"{case}: " + ", ".join(parts)
     if cython and python:
         line += f", speedup: {python / cython:.1f}x"
+    baseline = _seconds_per_call.get((case, "orjson"))
+    if baseline:
+        line += f"; orjson.loads {baseline * 1e6:.2f} us/call"
+        if cython:
+            line += f" = {baseline / cython:.1f}x orjson.loads"
     return line
 
 
@@ -98,3 +122,14 @@ def test_codec(benchmark, case: str, implementation: str) -> None:
     assert benchmark(call) == expected
     if benchmark.stats is not None:  # None under --benchmark-disable
         _seconds_per_call[case, implementation] = benchmark.stats.stats.min
+
+
+@pytest.mark.benchmark(max_time=0.5, min_rounds=20, min_time=0.0002)
+@pytest.mark.parametrize("case", BODIES)
+def test_orjson_baseline(benchmark, case: str) -> None:
+    """orjson.loads of a scan_json case's body: what decoding it cost before the scanner."""
+    body = BODIES[case]
+    benchmark.group = case
+    assert benchmark(orjson.loads, body) == orjson.loads(body)
+    if benchmark.stats is not None:
+        _seconds_per_call[case, "orjson"] = benchmark.stats.stats.min

@@ -2,13 +2,15 @@
 
 `namesrv/_fastpath.pyx` implements the same functions with the same results; `namesrv.fastpath`
 picks whichever is importable. Every function raises `ProtocolError` (never anything else) on bad
-input, and neither ever reads past the buffer it was given.
+input, except `scan_json`, which answers None; neither ever reads past the buffer it was given.
 """
 from __future__ import annotations
 
 import struct
 import zlib
 from collections.abc import Callable
+
+import orjson
 
 _INT32 = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hBhiii")  # code, language, version, opaque, flag, remarkLength
@@ -154,30 +156,69 @@ def body_crc32(data: bytes | bytearray | memoryview | None) -> int:
 _FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 
 
+# Twin of `_plain_fields` in namesrv/_fastpath.pyx: the one definition of a "plain" topic entry.
+def _plain_queue_fields(obj: object) -> tuple | None:
+    """(topicName, readQueueNums, writeQueueNums, perm, topicSysFlag) of a topic entry as brokers
+    send it (a dict with every field present, of its JSON type, ints within int32); None otherwise."""
+    if type(obj) is not dict:
+        return None
+    get = obj.get
+    topic, read, write, perm, sys_flag = (get("topicName"), get("readQueueNums"), get("writeQueueNums"),
+                                          get("perm"), get("topicSysFlag"))
+    filter_type, order, attributes = get("topicFilterType"), get("order"), get("attributes")
+    if (type(topic) is str and topic and type(read) is int and type(write) is int and type(perm) is int
+            and type(sys_flag) is int and type(order) is bool and type(filter_type) is str
+            and filter_type in _FILTER_TYPES and (attributes is None or type(attributes) is dict)
+            and _INT32_MIN <= read <= _INT32_MAX and _INT32_MIN <= write <= _INT32_MAX
+            and _INT32_MIN <= perm <= _INT32_MAX and _INT32_MIN <= sys_flag <= _INT32_MAX):
+        return topic, read, write, perm, sys_flag
+    return None
+
+
 def queue_fields(table: dict, fallback: Callable[[object, str], tuple]) -> dict[str, tuple]:
     """A parsed topicConfigTable as the route table reads it: key -> (topicName, readQueueNums,
     writeQueueNums, perm, topicSysFlag), without a TopicConfig per topic.
 
-    An entry as brokers send it (a dict with every field present, of its JSON type, ints within
-    int32) is read here; any other entry is `fallback(entry, key)`, which reads (or rejects) it
-    field by field as `TopicConfig.from_dict` does.
+    A plain entry (see `_plain_queue_fields`) is read here, and one `scan_json` already read (a
+    tuple, which JSON never yields) is kept; any other entry is `fallback(entry, key)`, which reads
+    (or rejects) it field by field as `TopicConfig.from_dict` does.
     """
-    out = {}
+    out = table.copy()  # a clone of the hash table: cheaper than inserting key by key
     for key, obj in table.items():
-        if type(obj) is dict:
-            get = obj.get
-            topic, read, write, perm, sys_flag = (get("topicName"), get("readQueueNums"), get("writeQueueNums"),
-                                                  get("perm"), get("topicSysFlag"))
-            filter_type, order, attributes = get("topicFilterType"), get("order"), get("attributes")
-            if (type(topic) is str and topic and type(read) is int and type(write) is int and type(perm) is int
-                    and type(sys_flag) is int and type(order) is bool and type(filter_type) is str
-                    and filter_type in _FILTER_TYPES and (attributes is None or type(attributes) is dict)
-                    and _INT32_MIN <= read <= _INT32_MAX and _INT32_MIN <= write <= _INT32_MAX
-                    and _INT32_MIN <= perm <= _INT32_MAX and _INT32_MIN <= sys_flag <= _INT32_MAX):
-                out[key] = (topic, read, write, perm, sys_flag)
-                continue
-        out[key] = fallback(obj, key)
+        if type(obj) is not tuple:
+            fields = _plain_queue_fields(obj)
+            out[key] = fallback(obj, key) if fields is None else fields
     return out
+
+
+
+def scan_json(data: bytes | bytearray | memoryview, table_path: tuple[str, ...]) -> object | None:
+    """`orjson.loads(data)`, except that in the object at `table_path` (keys from the top; `()`
+    for none) every plain topic entry is replaced by its queue-fields tuple; None if `data` is
+    not strict JSON (the caller then parses it leniently).
+
+    The reference the Cython twin is tested against: it may return None where this does not
+    (floats, integers beyond 64 bits, deep nesting), never anything else.
+    """
+    if isinstance(data, str):  # orjson would take it; the Cython twin reads buffers only
+        raise TypeError("scan_json needs a bytes-like object, not 'str'")
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if not table_path:
+        return obj
+    table = obj
+    for step in table_path:
+        if type(table) is not dict:
+            return obj
+        table = table.get(step)
+    if type(table) is dict:
+        for key, entry in table.items():
+            fields = _plain_queue_fields(entry)
+            if fields is not None:
+                table[key] = fields  # replacing values (not keys) while iterating is safe
+    return obj
 
 
 # Imported last on purpose: namesrv.protocol's __init__ imports namesrv.fastpath, which imports

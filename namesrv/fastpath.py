@@ -1,25 +1,29 @@
 """One import for the protocol hot path: the Cython extension when it is built, else pure Python.
 
 `IMPLEMENTATION` says which one is live ("cython" or "python"). Set NAMESRV_PURE_PYTHON=1 to
-force the fallback (benchmarks use it to show the fast path's share).
+force the fallback (benchmarks use it to show the fast path's share). `scan_json` parses a
+registration body with its plain topic entries read straight into queue-fields tuples.
 """
 from __future__ import annotations
 
 import os
 
 if os.environ.get("NAMESRV_PURE_PYTHON") == "1":
-    from namesrv._purepath import body_crc32, decode_binary_header, encode_binary_header, queue_fields, split_frames
+    from namesrv._purepath import (body_crc32, decode_binary_header, encode_binary_header, queue_fields,
+                                   scan_json, split_frames)
 
     IMPLEMENTATION = "python"
 else:
     try:
-        from namesrv._fastpath import body_crc32, decode_binary_header, encode_binary_header, queue_fields, split_frames
+        from namesrv._fastpath import (body_crc32, decode_binary_header, encode_binary_header, queue_fields,
+                                       scan_json, split_frames)
 
         IMPLEMENTATION = "cython"
     except ImportError:  # extension not built: same functions, same results, slower
-        from namesrv._purepath import body_crc32, decode_binary_header, encode_binary_header, queue_fields, split_frames
+        from namesrv._purepath import (body_crc32, decode_binary_header, encode_binary_header, queue_fields,
+                                       scan_json, split_frames)
 
         IMPLEMENTATION = "python"
 
 __all__ = ["IMPLEMENTATION", "body_crc32", "decode_binary_header", "encode_binary_header", "queue_fields",
-           "split_frames"]
+           "scan_json", "split_frames"]

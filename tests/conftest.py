@@ -36,8 +36,9 @@ def each_fastpath(request: pytest.FixtureRequest) -> Iterator[object]:
     """Route namesrv.fastpath to each implementation in turn (use with `pytest.mark.usefixtures`)."""
     module = importlib.import_module(request.param)
     with pytest.MonkeyPatch.context() as patch:
-        for name in ("split_frames", "decode_binary_header", "encode_binary_header", "body_crc32"):
-            patch.setattr(fastpath, name, getattr(module, name))
+        for name in fastpath.__all__:
+            if name != "IMPLEMENTATION":
+                patch.setattr(fastpath, name, getattr(module, name))
         yield module
 
 

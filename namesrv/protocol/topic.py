@@ -204,7 +204,8 @@ class TopicQueueTable:
     What the server decodes a registration into (`decode_registration`): a body of thousands of
     topics would otherwise build (and check field by field) a TopicConfig per topic only for the
     route table to copy five of its fields. Accepts and rejects exactly what
-    TopicConfigSerializeWrapper does.
+    TopicConfigSerializeWrapper does. `from_dict` takes topic entries as parsed JSON or as the
+    queue-fields tuples `fastpath.scan_json` makes of plain ones.
     """
 
     topics: dict[str, QueueFields] = field(default_factory=dict)
@@ -320,12 +321,28 @@ class RegisterBrokerBody:
         return cls(wrapper, servers)
 
 
-def _decode_json_body(data: bytes, version: int, read_wrapper: Callable[[Any], Any]) -> tuple[Any, list[str] | None]:
-    """(wrapper, filter servers) of a JSON body: the wrapper alone before 3.0.11, else inside a RegisterBrokerBody."""
-    if version < Version.V3_0_11:
-        return read_wrapper(jsonbody.loads(data, "TopicConfigSerializeWrapper")), None
-    what = "RegisterBrokerBody"
-    obj = expect(jsonbody.loads(data, what), dict, what)
+#: Where a JSON registration body keeps its topic table: in the RegisterBrokerBody's wrapper since
+#: 3.0.11; before, the wrapper was the whole body.
+_TABLE_PATH = ("topicConfigSerializeWrapper", "topicConfigTable")
+_LEGACY_TABLE_PATH = ("topicConfigTable",)
+
+
+def _decode_json_body(data: bytes, version: int, read_wrapper: Callable[[Any], Any],
+                      scan_topics: bool = False) -> tuple[Any, list[str] | None]:
+    """(wrapper, filter servers) of a JSON body: the wrapper alone before 3.0.11, else inside a RegisterBrokerBody.
+
+    With `scan_topics`, the body is first parsed by `fastpath.scan_json`, which hands plain topic
+    entries over as queue-fields tuples (only `TopicQueueTable.from_dict` reads those); input it
+    leaves alone (None) goes to the lenient parser, so errors read as they always did.
+    """
+    legacy = version < Version.V3_0_11
+    what = "TopicConfigSerializeWrapper" if legacy else "RegisterBrokerBody"
+    obj = fastpath.scan_json(data, _LEGACY_TABLE_PATH if legacy else _TABLE_PATH) if scan_topics else None
+    if obj is None:
+        obj = jsonbody.loads(data, what)
+    if legacy:
+        return read_wrapper(obj), None
+    obj = expect(obj, dict, what)
     wrapper = read_wrapper(get_dict(obj, "topicConfigSerializeWrapper", what))
     return wrapper, string_list(get_list(obj, "filterServerList", what), f"{what}.filterServerList")
 
@@ -335,6 +352,6 @@ def decode_registration(data: bytes | None, compressed: bool = False,
     """`RegisterBrokerBody.decode` as the server needs it: (topic table, filter servers). A JSON
     body's topics go straight to their queue fields; the rare compressed form decodes fully."""
     if data and not (compressed and version >= Version.V3_0_11):
-        return _decode_json_body(data, version, TopicQueueTable.from_dict)
+        return _decode_json_body(data, version, TopicQueueTable.from_dict, scan_topics=True)
     body = RegisterBrokerBody.decode(data, compressed, version)
     return TopicQueueTable.of(body.wrapper), body.filter_server_list
