@@ -33,9 +33,11 @@ from namesrv.protocol import (
     Version,
 )
 from namesrv.protocol.msgpack_codec import decode_msgpack, encode_msgpack
+from namesrv.protocol.topic import TopicQueueTable, decode_registration
 
 Report = dict[str, str]
-_FASTPATH_FUNCTIONS = ("split_frames", "decode_binary_header", "encode_binary_header", "body_crc32")
+_FASTPATH_FUNCTIONS = ("split_frames", "decode_binary_header", "encode_binary_header", "body_crc32", "queue_fields",
+                       "scan_json")
 _LANGUAGES = frozenset(int(member) for member in LanguageCode)
 _PREFIX = struct.Struct(">i")
 
@@ -245,7 +247,7 @@ def check_encode_header(payload: bytes) -> Report:
 
 
 def _command_fields(command: RemotingCommand) -> tuple:
-    return tuple(getattr(command, name) for name in RemotingCommand.__slots__)
+    return tuple(getattr(command, name) for name in RemotingCommand.WIRE_FIELDS)
 
 
 def _expected_after_reencoding(command: RemotingCommand, serialize_type: int) -> tuple:
@@ -369,6 +371,26 @@ def _register(compressed: bool, version: int) -> Callable[[bytes], RegisterBroke
     return lambda data: RegisterBrokerBody.decode(data, compressed=compressed, version=version)
 
 
+def _register_json(version: int) -> Callable[[bytes], RegisterBrokerBody]:
+    """A JSON body, also as the server reads it: `decode_registration` (scan_json, then the lenient
+    parser for what it leaves) on each implementation must read what the full decode reads, or
+    fail with the same ProtocolError."""
+    def decode(data: bytes) -> RegisterBrokerBody:
+        body, error = _attempt(RegisterBrokerBody.decode, data, False, version)
+
+        def server_read(impl: ModuleType) -> tuple[TopicQueueTable, list[str] | None]:
+            with fast_path(impl):
+                return decode_registration(data, False, version)
+
+        read, read_error = _on_every_impl("decode_registration", server_read)
+        _same("decode_registration's error", read_error, error)
+        if error is not None:
+            raise ProtocolError(error)
+        _same("decode_registration", read, (TopicQueueTable.of(body.wrapper), body.filter_server_list))
+        return body
+    return decode
+
+
 def _register_layout(version: int) -> Callable[[bytes], RegisterBrokerBody]:
     """The compressed form's inner layout: deflating here lets the fuzzer mutate what the parser reads."""
     return lambda raw: RegisterBrokerBody.decode(zlib.compress(raw, 1), compressed=True, version=version)
@@ -387,8 +409,8 @@ CHECKS: dict[str, Callable[[bytes], Report]] = {
     "TopicList": _body_check(TopicList.decode, _reencodes(TopicList.decode)),
     "KVTable": _body_check(KVTable.decode, _reencodes(KVTable.decode)),
     "BrokerMemberGroup": _body_check(BrokerMemberGroup.decode, _reencodes(BrokerMemberGroup.decode)),
-    "RegisterBrokerBody-json": _body_check(_register(False, Version.V5_3_3), _register_body_holds),
-    "RegisterBrokerBody-old": _body_check(_register(False, 36), _register_body_holds),
+    "RegisterBrokerBody-json": _body_check(_register_json(Version.V5_3_3), _register_body_holds),
+    "RegisterBrokerBody-old": _body_check(_register_json(36), _register_body_holds),
     "RegisterBrokerBody-compressed": _body_check(_register(True, Version.V5_3_3), _register_body_holds),
     "RegisterBrokerBody-layout": _body_check(_register_layout(Version.V5_3_3), _register_body_holds),
     "RegisterBrokerBody-layout-4.9.8": _body_check(_register_layout(Version.V4_9_8), _register_body_holds),

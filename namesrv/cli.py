@@ -2,28 +2,26 @@
 
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT) or `-p`/`-h`; 2 for a usage error, an
 unknown key, a value that does not parse, an unreadable config file or a port already in use —
-always as one line on stderr naming what was wrong, never a traceback.
+always as one line on stderr naming what was wrong, never a traceback. With serverWorkerProcesses
+above 1 this process is the supervisor of the worker processes (namesrv.workers.supervisor).
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import logging.config
-import os
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from namesrv.config import ConfigError, NamesrvConfig, escape_property
 from namesrv.controller import NamesrvController
 from namesrv.remoting import BindError
+from namesrv.stop_signals import StopSignals
+from namesrv.workers.supervisor import Supervisor
 
 #: The repository's logging configuration, used when --logConfig is not given.
 DEFAULT_LOG_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "logging.conf"
 USAGE_ERROR = 2
-
-log = logging.getLogger("namesrv")
 
 
 class UsageError(Exception):
@@ -86,27 +84,12 @@ def setup_logging(path: str | None) -> None:
 
 def serve(config: NamesrvConfig) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("%s received", signal.Signals(signum).name)
-        stop.set()
-
-    # Python runs signal handlers in the main thread only, once that thread runs bytecode; but the
-    # kernel may hand a process signal to any thread (e.g. to a worker while the main thread is
-    # still waking from SIGSTOP/SIGCONT), and then a main thread asleep in a lock wait never runs
-    # the handler. So the main thread sleeps in a read of the wakeup fd instead: the C-level handler
-    # writes a byte there from whichever thread took the signal, and the Python handler runs as
-    # soon as the read returns.
-    wake_read, wake_write = os.pipe()
-    os.set_blocking(wake_write, False)
-    signal.set_wakeup_fd(wake_write)
-    for signum in (signal.SIGTERM, signal.SIGINT):  # before start: a signal while booting still shuts down cleanly
-        signal.signal(signum, on_signal)
+    stops = StopSignals()
+    stops.install()  # before start: a signal while booting still shuts down cleanly
     controller = NamesrvController(config)
     controller.start()
-    while not stop.is_set():
-        os.read(wake_read, 64)
+    while stops.reason is None:
+        stops.wait()
     controller.shutdown()
 
 
@@ -119,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(config.to_text())
             return 0
         setup_logging(args.logConfig)
+        if config.server_worker_processes > 1:
+            return Supervisor(config, args.logConfig).run()
         serve(config)
     except (UsageError, ConfigError, BindError) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)

@@ -123,6 +123,12 @@ class NamesrvConfig:
         "decoded (a 16 MiB body of empty topics costs seconds of CPU and hundreds of MiB to decode). "
         "0 = no limit (RocketMQ). The default is far above real brokers (RocketMQ #4245: 10,000 topics each).",
         200000, locked=True)
+    # --- namesrv's own: processes ---
+    server_worker_processes: int = _key(
+        "Processes serving connections in parallel (1-255). Above 1 the command starts a supervisor and this "
+        "many workers sharing the ports (SO_REUSEPORT); each has its own copy of the route table and replicates "
+        "its writes to the others over ZeroMQ on ipc (README: Worker processes). An ipc/inproc "
+        "zmqListenAddress is served by worker 0 only.", 1, locked=True)
 
     # ---- keys ----
     @staticmethod

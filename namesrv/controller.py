@@ -4,20 +4,30 @@ It wires RocketMQ's pieces the way NamesrvController does — route table, KV st
 start), request processor, executors, the reactor and the scheduled tasks — and shuts them down in
 the order that loses no accepted request: stop reading, let the executors finish, flush replies.
 The KV store writes itself through on every change, so nothing is left to persist at exit.
+
+As one of serverWorkerProcesses > 1 worker processes (namesrv.workers) it also runs the
+replication bus: it publishes the writes it applies and its connections' closes, applies its
+siblings', and starts serving the shared ports only once it is in step with them.
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 
+from namesrv.channel import Channel
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
-from namesrv.processor import ROUTE_QUERY_CODES, SUPPORTED_CODES, RequestProcessor
-from namesrv.remoting import Outbox, Reactor, RequestDispatcher
+from namesrv.processor import ROUTE_QUERY_CODES, SUPPORTED_CODES, WRITE_CODES, RequestProcessor
+from namesrv.remoting import BindError, Outbox, Reactor, RequestDispatcher
+from namesrv.remoting.reactor import tcp_endpoint
 from namesrv.routeinfo import RouteInfoManager
+from namesrv.workers.bus import MAX_WORKERS
+from namesrv.workers.ports import listening_fd, zmq_tcp_address
+from namesrv.workers.replication import ReplicationBus, SyncError, WorkerRole
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +41,7 @@ FLUSH_SECONDS = 2.0
 
 _AT_LEAST_ONE = ("clientRequestThreadPoolNums", "clientRequestThreadPoolQueueCapacity", "defaultThreadPoolNums",
                  "defaultThreadPoolQueueCapacity", "serverOnewaySemaphoreValue", "serverSelectorThreads",
-                 "scanNotActiveBrokerInterval", "maxFrameLength")
+                 "scanNotActiveBrokerInterval", "maxFrameLength", "serverWorkerProcesses")
 
 
 def validate(config: NamesrvConfig) -> None:
@@ -41,6 +51,11 @@ def validate(config: NamesrvConfig) -> None:
             raise ConfigError(key, f"must be at least 1, got {config.get(key)}")
     if config.listen_port > 65535:
         raise ConfigError("listenPort", f"must be a TCP port (0-65535), got {config.listen_port}")
+    workers = config.server_worker_processes
+    if workers > MAX_WORKERS:
+        raise ConfigError("serverWorkerProcesses", f"must be at most {MAX_WORKERS}, got {workers}")
+    if workers > 1 and config.zmq_listen_address:
+        zmq_tcp_address(config.zmq_listen_address)  # a tcp endpoint the workers can share, or another transport
 
 
 class PeriodicTasks:
@@ -77,19 +92,32 @@ class PeriodicTasks:
 
 
 class NamesrvController:
-    """The whole server: `start()`, then `shutdown()` (from any thread but the reactor's)."""
+    """The whole server: `start()`, then `shutdown()` (from any thread but the reactor's).
 
-    def __init__(self, config: NamesrvConfig) -> None:
+    `worker`: this process is one of several worker processes; `on_lost_sync(reason)` is called
+    (from the bus thread) if it falls out of step with its siblings and must be restarted.
+    """
+
+    def __init__(self, config: NamesrvConfig, worker: WorkerRole | None = None,
+                 on_lost_sync: Callable[[str], None] | None = None) -> None:
         validate(config)
         self.config = config
         self.routes = RouteInfoManager(config)
         self.kv = KVConfigManager(config.kv_config_path)
-        self.processor = RequestProcessor(config, self.routes, self.kv)
+        self.bus = None
+        if worker is not None:
+            if on_lost_sync is None:
+                raise ValueError("a worker process needs on_lost_sync")
+            self.bus = ReplicationBus(worker, config, self.routes, self.kv, on_lost_sync)
+        replicator = None if self.bus is None else self.bus.replicator
+        self.processor = RequestProcessor(config, self.routes, self.kv, replicator=replicator)
         self.outbox = Outbox()
         self.dispatcher = RequestDispatcher(config, self.processor, self.outbox,
                                             route_query_codes=ROUTE_QUERY_CODES, supported_codes=SUPPORTED_CODES,
-                                            answer_inline=self.processor.route_query_fast_path.answer)
-        self.reactor = Reactor(config, self.dispatcher, self.outbox, self.routes.on_channel_destroy)
+                                            answer_inline=self.processor.inline.answer,
+                                            replicator=replicator, write_codes=WRITE_CODES)
+        self.reactor = Reactor(config, self.dispatcher, self.outbox,
+                               self.routes.on_channel_destroy if replicator is None else self._channel_closed)
         self._tasks = PeriodicTasks()
         self._tasks.add("scanNotActiveBroker", config.scan_not_active_broker_interval / 1000,
                         self.scan_not_active_brokers)
@@ -99,9 +127,23 @@ class NamesrvController:
             self._tasks.add("releaseFreeHeap", HEAP_TRIM_PERIOD_SECONDS, release_free_heap)
 
     def start(self) -> None:
-        """Bind (BindError if a port is taken), load the KV file, start serving, log the boot line."""
-        self.reactor.bind()
-        self.kv.load()
+        """Bind (BindError if a port is taken), load the KV file, start serving, log the boot line.
+
+        A worker process loads the KV file, gets in step with its siblings (SyncError if it
+        cannot), then serves the shared ports; the supervisor logs the boot line.
+        """
+        if self.bus is None:
+            self.reactor.bind()
+            self.kv.load()
+        else:
+            self.kv.load()
+            self.bus.start()
+            try:
+                self.bus.wait_synchronised()
+            except SyncError:
+                self.bus.stop()
+                raise
+            self._bind_shared_ports()
         # As RocketMQ's NettyRemotingServer: a port picked by the kernel becomes the configured one.
         self.config.listen_port = int(self.reactor.tcp_address.rsplit(":", 1)[1])
         if self.reactor.zmq_address is not None:
@@ -109,8 +151,35 @@ class NamesrvController:
         self.dispatcher.start()
         self.reactor.start()
         self._tasks.start()
-        log.info("The Name Server boot success. serializeType=JSON, address %s, zmq %s",
-                 self.reactor.tcp_address, self.reactor.zmq_address or "disabled")
+        if self.bus is None:
+            log.info("The Name Server boot success. serializeType=JSON, address %s, zmq %s",
+                     self.reactor.tcp_address, self.reactor.zmq_address or "disabled")
+        else:
+            zmq_address = self.reactor.zmq_address or ("worker 0's" if self.config.zmq_listen_address else "disabled")
+            log.info("worker %d (pid %d, generation %d) serving: address %s, zmq %s", self.bus.role.index,
+                     os.getpid(), self.bus.role.generation, self.reactor.tcp_address, zmq_address)
+
+    def _bind_shared_ports(self) -> None:
+        """Listen on the ports the supervisor reserved, beside the siblings (SO_REUSEPORT); an
+        ipc/inproc ZeroMQ endpoint cannot be shared: worker 0 serves it."""
+        config = self.config
+        endpoint = tcp_endpoint(config.bind_address, config.listen_port)
+        try:
+            tcp_fd = listening_fd(config.bind_address, config.listen_port, config.server_socket_backlog,
+                                  config.server_socket_snd_buf_size, config.server_socket_rcv_buf_size)
+            shared_zmq = zmq_tcp_address(config.zmq_listen_address) if config.zmq_listen_address else None
+            endpoint = config.zmq_listen_address
+            zmq_fd = None if shared_zmq is None else listening_fd(
+                *shared_zmq, config.server_socket_backlog, config.server_socket_snd_buf_size,
+                config.server_socket_rcv_buf_size)
+        except OSError as exc:
+            raise BindError(endpoint, exc.strerror or str(exc)) from None
+        self.reactor.bind(tcp_fd, zmq_fd, bind_zmq=shared_zmq is not None or self.bus.role.index == 0)
+
+    def _channel_closed(self, channel: Channel) -> None:
+        """A worker's connection closed: its brokers leave here, then in the siblings."""
+        self.routes.on_channel_destroy(channel)
+        self.processor.replicator.publish_close(channel)
 
     def scan_not_active_brokers(self) -> None:
         """Expire silent brokers and close the connections they registered on (as RocketMQ does)."""
@@ -126,5 +195,10 @@ class NamesrvController:
         if not self.dispatcher.shutdown(DRAIN_SECONDS):
             log.warning("requests still running after %.0f s; their replies are lost", DRAIN_SECONDS)
         self.reactor.stop(FLUSH_SECONDS)
+        if self.bus is not None:
+            self.bus.stop()
         self.outbox.close()
-        log.info("The Name Server shut down")
+        if self.bus is None:
+            log.info("The Name Server shut down")
+        else:
+            log.info("worker %d shut down", self.bus.role.index)

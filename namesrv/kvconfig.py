@@ -62,13 +62,33 @@ class KVConfigManager:
 
     def __init__(self, path: str | Path) -> None:
         self._path = Path(path)
-        self._table: dict[str, dict[str, str | None]] = {}
+        self._persist = True
+        self._table: dict[str, dict[str, str | None]] = {}  # changed in place only: memory_only views share it
         self._lock = threading.Lock()  # guards _table; never held during file I/O
         self._persist_lock = threading.Lock()  # one writer at a time, so the newest snapshot is written last
 
     @property
     def path(self) -> Path:
         return self._path
+
+    def memory_only(self) -> KVConfigManager:
+        """The same table, changed in memory only: how a sibling worker process applies a replicated
+        write (namesrv.workers); the worker that took the write persisted it."""
+        view = KVConfigManager(self._path)
+        view._persist = False
+        view._table, view._lock, view._persist_lock = self._table, self._lock, self._persist_lock
+        return view
+
+    def export_table(self) -> dict[str, dict[str, str | None]]:
+        """A copy of the whole table (what a restarted worker process copies from a sibling)."""
+        with self._lock:
+            return {namespace: dict(entries) for namespace, entries in self._table.items()}
+
+    def restore_table(self, table: dict[str, dict[str, str | None]]) -> None:
+        """Replace the whole table in memory (a sibling's `export_table`); the file is left as it is."""
+        with self._lock:
+            self._table.clear()
+            self._table.update(table)
 
     def load(self) -> None:
         """Read the file (missing = empty). A file that does not parse is moved aside, never overwritten."""
@@ -85,7 +105,8 @@ class KVConfigManager:
             log.error("KV config file %s is unreadable (%s); moved to %s, starting empty", self._path, exc, aside)
             return
         with self._lock:
-            self._table = table
+            self._table.clear()
+            self._table.update(table)
         log.info("loaded KV config from %s: %d namespaces", self._path, len(table))
 
     def put(self, namespace: str, key: str, value: str | None) -> None:
@@ -123,6 +144,10 @@ class KVConfigManager:
             log.info("configTable NS: %s Key: %s Value: %s", namespace, key, value)
 
     def _write(self, apply: Callable[[], None]) -> None:
+        if not self._persist:
+            with self._lock:
+                apply()
+            return
         with self._persist_lock:
             with self._lock:
                 apply()

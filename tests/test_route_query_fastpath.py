@@ -9,39 +9,35 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from inline_harness import START, InlineServer
 
 from namesrv.channel import Channel
-from namesrv.config import NamesrvConfig
-from namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager
+from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor import RequestProcessor
 from namesrv.protocol import DataVersion, RemotingCommand, RequestCode, SerializeType, TopicConfig, \
     TopicConfigSerializeWrapper
 from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, Version
-from namesrv.routeinfo import RouteInfoManager
 
-START = 1_700_000_000_000
 CLIENT = Channel("tcp", b"client-1", "10.0.0.100:50000")
 TOPICS = ["TopicA", "TopicB", "Tópico-ü"]
 ROUTE = RequestCode.GET_ROUTEINFO_BY_TOPIC
 
 
-class Server:
+class Server(InlineServer):
+    """Broker b1 registered with TOPICS; queries come from CLIENT."""
+
     def __init__(self, tmp_path, **config) -> None:
-        self.now = START
-        self.config = NamesrvConfig(kv_config_path=str(tmp_path / "kvConfig.json"),
-                                    config_store_path=str(tmp_path / "namesrv.properties"), **config)
-        self.routes = RouteInfoManager(self.config, clock=lambda: self.now)
-        self.kv = KVConfigManager(self.config.kv_config_path)
-        self.kv.load()
-        self.processor = RequestProcessor(self.config, self.routes, self.kv, clock=lambda: self.now)
-        self.fast = self.processor.route_query_fast_path
+        super().__init__(tmp_path, **config)
         wrapper = TopicConfigSerializeWrapper({t: TopicConfig(t, 4, 4) for t in TOPICS}, DataVersion(1, 1))
         self.routes.register_broker(cluster_name="c1", broker_addr="10.0.0.1:10911", broker_name="b1", broker_id=0,
                                     ha_server_addr=None, wrapper=wrapper, filter_server_list=[],
                                     channel=Channel("tcp", b"broker", "10.0.0.1:5000"))
 
+    def answer(self, frame: bytes) -> bytes | None:
+        return self.inline(frame, CLIENT)
+
     def regular(self, frame: bytes) -> bytes:
-        return self.processor.process(RemotingCommand.decode(frame), CLIENT).encode()
+        return super().regular(frame, CLIENT)
 
 
 def frame_of(command: RemotingCommand) -> bytes:
@@ -71,11 +67,11 @@ def server(tmp_path) -> Server:
 def test_cached_answer_is_the_regular_answer(server, serialize_type, version, extra):
     for topic in TOPICS:
         frame = query(topic, serialize_type=serialize_type, version=version, extra=extra)
-        assert server.fast.answer(frame) is None  # not cached yet: the regular path fills the cache
+        assert server.answer(frame) is None  # not cached yet: the regular path fills the cache
         expected = server.regular(frame)
         for opaque in (0, 1, -5, 2 ** 31 - 1, -(2 ** 31)):
             frame = query(topic, serialize_type=serialize_type, version=version, extra=extra, opaque=opaque)
-            assert server.fast.answer(frame) == server.regular(frame)
+            assert server.answer(frame) == server.regular(frame)
         assert RemotingCommand.decode(expected[4:]).body == server.routes.topic_route_body(
             topic, version >= Version.V4_9_4 or bool(extra and extra["acceptStandardJsonOnly"] == "TRUE"))
 
@@ -83,23 +79,23 @@ def test_cached_answer_is_the_regular_answer(server, serialize_type, version, ex
 def test_unknown_topic_goes_the_regular_way(server):
     frame = query("NoSuchTopic")
     server.regular(frame)
-    assert server.fast.answer(frame) is None
+    assert server.answer(frame) is None
 
 
 def test_a_route_change_is_seen_at_once(server):
     frame = query("TopicA")
     server.regular(frame)
-    assert server.fast.answer(frame) is not None
+    assert server.answer(frame) is not None
     server.routes.delete_topic("TopicA")
-    assert server.fast.answer(frame) is None
+    assert server.answer(frame) is None
     assert RemotingCommand.decode(server.regular(frame)[4:]).code == 17  # TOPIC_NOT_EXIST
 
 
 @pytest.mark.parametrize("flag", [FLAG_ONEWAY, FLAG_RESPONSE])
 def test_oneway_and_responses_are_not_answered(server, flag):
     server.regular(query("TopicA"))
-    assert server.fast.answer(query("TopicA")) is not None
-    assert server.fast.answer(query("TopicA", flag=flag)) is None
+    assert server.answer(query("TopicA")) is not None
+    assert server.answer(query("TopicA", flag=flag)) is None
 
 
 def test_need_wait_for_service_window(tmp_path):
@@ -109,18 +105,18 @@ def test_need_wait_for_service_window(tmp_path):
     server.regular(frame)  # fills the cache
     server.now = START + 1_000
     server.processor = RequestProcessor(server.config, server.routes, server.kv, clock=lambda: server.now)
-    assert server.processor.route_query_fast_path.answer(frame) is None  # "name server not ready" is not cached
+    assert server.answer(frame) is None  # "name server not ready" is not cached
 
 
 def test_order_topic_conf_is_part_of_the_answer(tmp_path):
     server = Server(tmp_path, order_message_enable=True)
     frame = query("TopicA")
     server.regular(frame)
-    assert server.fast.answer(frame) == server.regular(frame)
+    assert server.answer(frame) == server.regular(frame)
     server.kv.put(ORDER_TOPIC_CONFIG, "TopicA", "b1:4")
-    assert server.fast.answer(frame) is None
+    assert server.answer(frame) is None
     expected = server.regular(frame)
-    assert b"b1:4" in expected and server.fast.answer(frame) == expected
+    assert b"b1:4" in expected and server.answer(frame) == expected
 
 
 @pytest.mark.parametrize("header", [
@@ -136,15 +132,15 @@ def test_order_topic_conf_is_part_of_the_answer(tmp_path):
 def test_odd_json_headers_are_left_to_the_regular_path(server, header):
     server.regular(query("TopicA"))
     frame = len(header).to_bytes(4, "big") + header
-    assert server.fast.answer(frame) is None
+    assert server.answer(frame) is None
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=64), serialize_byte=st.sampled_from([0, 1, 2, 255]))
 def test_garbage_never_raises(server, data, serialize_byte):
     frame = ((serialize_byte << 24) | len(data)).to_bytes(4, "big") + data
-    assert server.fast.answer(frame) is None
-    assert server.fast.answer(data) is None
+    assert server.answer(frame) is None
+    assert server.answer(data) is None
 
 
 @settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -155,7 +151,7 @@ def test_any_cached_query_matches_the_regular_path(server, extra, version, opaqu
     extra = {k: v for k, v in extra.items() if v}  # the binary codec drops empty values
     frame = query("TopicB", serialize_type=serialize_type, version=version, opaque=opaque, extra=extra)
     expected = server.regular(frame)
-    assert server.fast.answer(frame) == expected
+    assert server.answer(frame) == expected
     assert b'"brokerName":"b1"' in RemotingCommand.decode(expected[4:]).body  # a real route, not an error
 
 
@@ -211,9 +207,9 @@ def test_a_remembered_header_with_odd_opaque_digits_is_parsed_afresh(server, dig
     server.regular(query("TopicA"))
     header = b'{"code":105,"extFields":{"topic":"TopicA"},"flag":0,"language":"JAVA","opaque":%s,"version":479}'
     frame_of_ = lambda opaque: len(header % opaque).to_bytes(4, "big") + header % opaque  # noqa: E731
-    assert server.fast.answer(frame_of_(b"12")) is not None  # parsed, remembered
-    assert server.fast.answer(frame_of_(b"13")) == server.regular(frame_of_(b"13"))  # from memory
-    answer = server.fast.answer(frame_of_(digits))
+    assert server.answer(frame_of_(b"12")) is not None  # parsed, remembered
+    assert server.answer(frame_of_(b"13")) == server.regular(frame_of_(b"13"))  # from memory
+    answer = server.answer(frame_of_(digits))
     assert answer == (server.regular(frame_of_(digits)) if valid else None)
 
 
@@ -221,4 +217,4 @@ def test_an_opaque_key_inside_ext_fields_is_never_mistaken_for_the_opaque(server
     server.regular(query("TopicA", extra={"opaque": "1"}))
     for opaque in (5, 6):
         frame = query("TopicA", extra={"opaque": "1"}, opaque=opaque)
-        assert server.fast.answer(frame) == server.regular(frame)
+        assert server.answer(frame) == server.regular(frame)

@@ -21,6 +21,7 @@ layer deliberately differs from RocketMQ:
 * Not implemented: clusterTest mode, the zone route filter (ZoneRouteRPCHook; the zone name is
   still recorded and returned), NOTIFY_MIN_BROKER_ID_CHANGE, GO_AWAY (the server's concern).
 """
-from namesrv.processor.core import RESPONSE_HEADER_CODES, ROUTE_QUERY_CODES, SUPPORTED_CODES, RequestProcessor
+from namesrv.processor.core import (RESPONSE_HEADER_CODES, ROUTE_QUERY_CODES, SUPPORTED_CODES, WRITE_CODES,
+                                    RequestProcessor)
 
-__all__ = ["RESPONSE_HEADER_CODES", "ROUTE_QUERY_CODES", "SUPPORTED_CODES", "RequestProcessor"]
+__all__ = ["RESPONSE_HEADER_CODES", "ROUTE_QUERY_CODES", "SUPPORTED_CODES", "WRITE_CODES", "RequestProcessor"]

@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import logging
 import zlib
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
 
 from namesrv.channel import Channel
-from namesrv.fastpath import body_crc32
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.header import RequestHeader
 from namesrv.processor.limits import topic_count_beyond
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand, wire_string
-from namesrv.protocol.route import KVTable
+from namesrv.protocol.route import KVTable, RegisterBrokerResult
 from namesrv.protocol.topic import DataVersion, decode_registration
 
 log = logging.getLogger(__name__)
@@ -21,42 +23,74 @@ log = logging.getLogger(__name__)
 ZONE_NAME = "__ZONE_NAME"
 
 
+@dataclass(frozen=True, slots=True)
+class RegistrationHeader:
+    """What REGISTER_BROKER's header says: the broker (`identity`, keyword arguments of the route
+    table's register calls, channel aside), the body's announced CRC32 and codec, the sender's version."""
+
+    identity: dict[str, Any]
+    body_crc32: int
+    compressed: bool
+    version: int
+
+    @classmethod
+    def read(cls, request: RemotingCommand) -> RegistrationHeader:
+        """BadRequest names a missing or malformed field."""
+        header = RequestHeader(request)
+        identity = {"cluster_name": header.required_text("clusterName"),
+                    "broker_addr": header.required_text("brokerAddr"),
+                    "broker_name": header.required_text("brokerName"),
+                    "broker_id": header.required_integer("brokerId"),
+                    "ha_server_addr": header.text("haServerAddr"),
+                    "heartbeat_timeout_millis": header.integer("heartbeatTimeoutMillis"),
+                    "enable_acting_master": header.boolean("enableActingMaster"),
+                    "zone_name": header.text(ZONE_NAME)}
+        return cls(identity, header.integer("bodyCrc32", bits=32) or 0, bool(header.boolean("compressed")),
+                   request.version)
+
+    def fingerprint(self, body: bytes, crc: int) -> tuple:
+        """Everything the decoded body depends on: its bytes, the codec flag, the version thresholds.
+
+        The body's length, its CRC32 (`crc`, computed for the bodyCrc32 check anyway) and its
+        Adler-32: two independent 32-bit checksums, a third of SHA-1's cost. They only guard
+        against accidental equality: a broker can only ever collide with its own previous
+        registration, and whatever it sends is taken as its topic table anyway.
+        """
+        return (len(body), crc, zlib.adler32(body), self.compressed, self.version >= Version.V3_0_11,
+                self.version >= Version.V5_0_0)
+
+
+def same_body_as_before(stored: Hashable | None, body: bytes, crc: int) -> bool:
+    """Can `body` be the one behind `stored` (a broker's last registration fingerprint)? A cheap
+    test before the full fingerprint: most changed bodies differ in length or CRC32."""
+    return stored is not None and stored[0] == len(body) and stored[1] == crc
+
+
 def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
     """Reference 2.3: checksum, decode (before any lock is taken), register, answer master + order topics.
 
     Most registrations are the 30-second repeat of an unchanged topic table: those are
     recognised by a fingerprint of the raw body and never decoded (a 10,000-topic body costs
-    tens of milliseconds to decode, its fingerprint a fraction of one). The fingerprint is the
-    body's length, its CRC32 (computed for the bodyCrc32 check anyway) and its Adler-32: two
-    independent 32-bit checksums, a third of SHA-1's cost. They only guard against accidental
-    equality: a broker can only ever collide with its own previous registration, and whatever
-    it sends is taken as its topic table anyway. A body to decode is first held to
+    tens of milliseconds to decode, its fingerprint a fraction of one); the reactor answers
+    most of them itself (`RegistrationFastPath`). A body to decode is first held to
     maxTopicsPerRegistration (a repeat was held to it when it first came: the key is locked).
     """
-    header = RequestHeader(request)
-    identity = {"cluster_name": header.required_text("clusterName"),
-                "broker_addr": header.required_text("brokerAddr"),
-                "broker_name": header.required_text("brokerName"),
-                "broker_id": header.required_integer("brokerId"),
-                "ha_server_addr": header.text("haServerAddr"),
-                "heartbeat_timeout_millis": header.integer("heartbeatTimeoutMillis"),
-                "enable_acting_master": header.boolean("enableActingMaster"),
-                "zone_name": header.text(ZONE_NAME),
-                "channel": channel}
-    crc = header.integer("bodyCrc32", bits=32) or 0
+    registration = RegistrationHeader.read(request)
+    identity = registration.identity
     raw = request.body or b""
-    computed_crc = body_crc32(raw)
-    if crc != 0 and computed_crc != crc:
+    computed_crc = request.body_crc32()
+    if registration.body_crc32 != 0 and computed_crc != registration.body_crc32:
         log.warning("REGISTER_BROKER of %s from %s: body crc32 does not match %d", identity["broker_addr"], channel,
-                    crc)
+                    registration.body_crc32)
         return request.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
-    compressed = bool(header.boolean("compressed"))
-    # Everything the decoded body depends on: its bytes, the codec flag, the version thresholds.
-    fingerprint = (len(raw), computed_crc, zlib.adler32(raw), compressed, request.version >= Version.V3_0_11,
-                   request.version >= Version.V5_0_0)
-    result = ctx.routes.refresh_registration(body_fingerprint=fingerprint, **identity)
+    fingerprint = registration.fingerprint(raw, computed_crc)
+    result = None
+    if same_body_as_before(ctx.routes.registration_fingerprint(identity["cluster_name"], identity["broker_addr"]),
+                           raw, computed_crc):
+        result = ctx.routes.refresh_registration(body_fingerprint=fingerprint, channel=channel, **identity)
     if result is None:
         limit = ctx.config.max_topics_per_registration
+        compressed = registration.compressed
         count = topic_count_beyond(limit, request.body, compressed, request.version) if limit else None
         if count is not None:
             log.warning("REGISTER_BROKER of %s from %s refused: %d topics, maxTopicsPerRegistration is %d",
@@ -68,20 +102,29 @@ def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Chan
         if request.body is None and request.version >= Version.V3_0_11:
             filter_servers = []  # RocketMQ's empty RegisterBrokerBody has an empty (not null) filter-server list
         result = ctx.routes.register_broker(wrapper=topics, filter_server_list=filter_servers,
-                                            body_fingerprint=fingerprint, **identity)
+                                            body_fingerprint=fingerprint, channel=channel, **identity)
     if result is None:
         return request.make_response(ResponseCode.SYSTEM_ERROR, "register broker failed")
+    return request.make_response(ResponseCode.SUCCESS, ext_fields=registration_ext_fields(result),
+                                 body=order_topics_body(ctx))
+
+
+def registration_ext_fields(result: RegisterBrokerResult) -> dict[str, str]:
+    """REGISTER_BROKER's response header: the master's address and HA address, when known."""
     ext = {}
     if result.ha_server_addr is not None:
         ext["haServerAddr"] = result.ha_server_addr
     if result.master_addr is not None:
         ext["masterAddr"] = result.master_addr
-    response_body = None
-    if ctx.config.return_order_topic_config_to_broker:
-        order_topics = ctx.kv.get_namespace(ORDER_TOPIC_CONFIG)
-        if order_topics is not None:
-            response_body = KVTable(order_topics).encode()
-    return request.make_response(ResponseCode.SUCCESS, ext_fields=ext, body=response_body)
+    return ext
+
+
+def order_topics_body(ctx: HandlerContext) -> bytes | None:
+    """REGISTER_BROKER's response body: the ORDER_TOPIC_CONFIG namespace, if configured and present."""
+    if not ctx.config.return_order_topic_config_to_broker:
+        return None
+    order_topics = ctx.kv.get_namespace(ORDER_TOPIC_CONFIG)
+    return None if order_topics is None else KVTable(order_topics).encode()
 
 
 def unregister_broker(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:

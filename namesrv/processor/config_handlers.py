@@ -52,9 +52,11 @@ def update_namesrv_config(ctx: HandlerContext, request: RemotingCommand, channel
             updated.apply(properties)
         except ConfigError as exc:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
-        # The file is what a restart reads: secrets in full, readable by the owner only.
-        write_atomically(updated.config_store_path, updated.to_text(reveal_secrets=True).encode("utf-8"),
-                         mode=0o600 if updated.admin_token else 0o644)
+        if ctx.persist:
+            # The file is what a restart reads: secrets in full, readable by the owner only.
+            write_atomically(updated.config_store_path, updated.to_text(reveal_secrets=True).encode("utf-8"),
+                             mode=0o600 if updated.admin_token else 0o644)
         ctx.config.apply(properties)
-    log.warning("namesrv config updated by %s: %s (written to %s)", channel, properties, updated.config_store_path)
+    where = f"written to {updated.config_store_path}" if ctx.persist else "in memory; the worker that took it wrote it"
+    log.warning("namesrv config updated by %s: %s (%s)", channel, properties, where)
     return request.make_response(ResponseCode.SUCCESS)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
@@ -10,12 +11,15 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import broker_handlers, config_handlers, kv_handlers, route_handlers
 from namesrv.processor.context import Handler, HandlerContext
 from namesrv.processor.header import BadRequest
-from namesrv.processor.route_query import RouteQueryFastPath
+from namesrv.processor.inline import InlineAnswers
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.errors import ProtocolError
 from namesrv.routeinfo import RouteInfoManager, now_ms
 from namesrv.security import ADMIN_CODES, AdminGuard
+
+if TYPE_CHECKING:
+    from namesrv.workers.replication import Replicator
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +53,15 @@ _HANDLERS: dict[int, Handler] = {
 SUPPORTED_CODES: frozenset[int] = frozenset(_HANDLERS)
 #: Codes served from the client-request pool, apart from broker and admin traffic (reference 7.3).
 ROUTE_QUERY_CODES: frozenset[int] = frozenset({RequestCode.GET_ROUTEINFO_BY_TOPIC})
+#: Codes that change state (routes, broker liveness, KV table, config): what a worker process
+#: publishes to its siblings once applied (namesrv.workers). QUERY_DATA_VERSION and
+#: BROKER_HEARTBEAT refresh a broker's liveness; every other code only reads.
+WRITE_CODES: frozenset[int] = frozenset({
+    RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.BROKER_HEARTBEAT,
+    RequestCode.QUERY_DATA_VERSION, RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,
+    RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.REGISTER_TOPIC_IN_NAMESRV, RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER, RequestCode.UPDATE_NAMESRV_CONFIG,
+})
 #: Codes whose Java response has a typed response header: their responses, errors included,
 #: always carry an extFields object (maybe `{}`); all others carry none (reference 1.7, 11.1).
 RESPONSE_HEADER_CODES: frozenset[int] = frozenset({
@@ -66,12 +79,18 @@ class RequestProcessor:
     """
 
     def __init__(self, config: NamesrvConfig, routes: RouteInfoManager, kv: KVConfigManager,
-                 clock: Callable[[], int] = now_ms) -> None:
-        self._ctx = HandlerContext(config, routes, kv, clock, clock())
+                 clock: Callable[[], int] = now_ms, *, replicator: Replicator | None = None,
+                 persist: bool = True) -> None:
+        """`replicator`: where a worker process publishes the writes it applies (None: one process).
+        `persist=False`: a sibling worker applying a replicated write changes memory only; the
+        worker that took the write wrote the KV and config files."""
+        self._ctx = HandlerContext(config, routes, kv if persist else kv.memory_only(), clock, clock(),
+                                   persist=persist)
         # Read once: the security keys are locked, no request can change them.
         self._admin_guard = AdminGuard.from_config(config)
-        #: Cached route queries answered from raw frames (the reactor's shortcut past `process`).
-        self.route_query_fast_path = RouteQueryFastPath(self._ctx)
+        self.replicator = replicator
+        #: Requests answered from raw frames (the reactor's shortcut past `process`).
+        self.inline = InlineAnswers(self._ctx, None if replicator is None else replicator.publish_request)
 
     def process(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """The response to `request` (also for oneway requests: the server drops it)."""

@@ -20,7 +20,9 @@ class RemotingCommand:
     request's, so callers are always answered in the codec they spoke).
     """
 
-    __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body", "serialize_type")
+    #: What travels on the wire (equality compares these).
+    WIRE_FIELDS = ("code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body", "serialize_type")
+    __slots__ = (*WIRE_FIELDS, "_body_crc32")
 
     def __init__(
         self,
@@ -44,6 +46,15 @@ class RemotingCommand:
         self.ext_fields = ext_fields
         self.body = body
         self.serialize_type = serialize_type
+        self._body_crc32: tuple[bytes | None, int] | None = None
+
+    def body_crc32(self) -> int:
+        """The masked CRC32 of the body (0 without one), computed once per body: the reactor's
+        inline path checks it and the handler checks it again."""
+        memo = self._body_crc32
+        if memo is None or memo[0] is not self.body:
+            memo = self._body_crc32 = (self.body, fastpath.body_crc32(self.body or b""))
+        return memo[1]
 
     @classmethod
     def request(
@@ -143,7 +154,7 @@ class RemotingCommand:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RemotingCommand):
             return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+        return all(getattr(self, name) == getattr(other, name) for name in self.WIRE_FIELDS)
 
 
 def wire_string(value: object) -> str:

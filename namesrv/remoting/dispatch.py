@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
@@ -21,6 +21,9 @@ from namesrv.protocol.msgpack_codec import encode_msgpack
 from namesrv.remoting.endpoints import ZMQ_TRANSPORT, Job
 from namesrv.remoting.executors import BoundedExecutor
 from namesrv.remoting.outbox import Delivery, Outbox
+
+if TYPE_CHECKING:
+    from namesrv.workers.replication import Replicator
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +41,26 @@ def encode_reply(channel: Channel, response: RemotingCommand) -> bytes:
     return encode_msgpack(response) if channel.transport == ZMQ_TRANSPORT else response.encode()
 
 
+def encode_request_frame(channel: Channel, request: RemotingCommand) -> bytes:
+    """A request as one frame of its connection's transport (a remoting frame without its length prefix)."""
+    return encode_msgpack(request) if channel.transport == ZMQ_TRANSPORT else request.encode()[4:]
+
+
 class RequestDispatcher:
     """Routes decoded requests to executors; workers run the processor and post encoded replies."""
 
     def __init__(self, config: NamesrvConfig, processor: Processor, outbox: Outbox, *,
                  route_query_codes: Iterable[int], supported_codes: Iterable[int],
-                 answer_inline: Callable[[bytes], bytes | None] | None = None) -> None:
+                 replicator: Replicator | None = None, write_codes: Iterable[int] = (),
+                 answer_inline: Callable[[bytes, Channel], bytes | RemotingCommand | None] | None = None) -> None:
         self._processor = processor
-        #: Answers the reactor may give itself, no executor involved: a raw frame (no length
-        #: prefix) in, the whole response frame out, or None for "dispatch it" (cached route queries).
+        #: Answers the reactor may give itself, no executor involved: a raw frame (no length prefix)
+        #: and its connection in, the whole response frame out, or the request to dispatch (decoded,
+        #: or None: decode it) (namesrv.processor.inline).
         self.answer_inline = answer_inline
+        #: Where applied `write_codes` requests are published to sibling worker processes (namesrv.workers).
+        self._replicator = replicator
+        self._write_codes = frozenset(write_codes)
         self._outbox = outbox
         run = self._run_batch
         self.client_executor = BoundedExecutor("ClientRequestExecutorThread", config.client_request_thread_pool_nums,
@@ -114,9 +127,13 @@ class RequestDispatcher:
     def _run_batch(self, jobs: list[Job]) -> None:
         replies: list[Delivery] = []
         process = self._processor.process
+        replicator = self._replicator
         for channel, request in jobs:
             try:
                 response = process(request, channel)
+                if (replicator is not None and response.code == ResponseCode.SUCCESS
+                        and request.code in self._write_codes):
+                    replicator.publish_request(encode_request_frame(channel, request), channel)
                 reply = None if request.is_oneway else encode_reply(channel, response)
             except Exception as exc:  # noqa: BLE001 - one bad request must not cost the batch its answers
                 log.exception("request code %d from %s failed", request.code, channel)

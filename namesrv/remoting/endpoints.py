@@ -54,9 +54,10 @@ def peer_address(frame: zmq.Frame) -> str:
         return ""
     try:
         with socket.socket(fileno=os.dup(frame.get(zmq.SRCFD))) as sock:
-            return f"{ip}:{sock.getpeername()[1]}"
+            peer = sock.getpeername()
     except (OSError, zmq.ZMQError):
         return ip
+    return f"{ip}:{peer[1]}" if isinstance(peer, tuple) else ip  # an ipc peer has no port
 
 
 def _peer(conn: Connection) -> str:
@@ -223,7 +224,7 @@ class StreamEndpoint(Endpoint):
 
     def __init__(self, sock: zmq.Socket, max_backlog_bytes: int, on_closed: Callable[[Channel], None],
                  max_frame_length: int, *, max_connections: int = 0,
-                 answer_inline: Callable[[bytes], bytes | None] | None = None) -> None:
+                 answer_inline: Callable[[bytes, Channel], bytes | RemotingCommand | None] | None = None) -> None:
         super().__init__(sock, max_backlog_bytes, on_closed, max_connections=max_connections)
         self._max_frame_length = max_frame_length
         self._answer_inline = answer_inline
@@ -256,14 +257,17 @@ class StreamEndpoint(Endpoint):
             return [decode(frame) for frame in conn.decoder.feed(message)]
         commands: list[RemotingCommand] = []
         replies: list[bytes] = []
+        channel = conn.channel
         for frame in conn.decoder.feed(message):
-            reply = answer(frame)
+            reply = answer(frame, channel)
             if reply is None:
                 commands.append(decode(frame))
-            else:
+            elif type(reply) is bytes:
                 replies.append(reply)
+            else:
+                commands.append(reply)  # decoded by the inline path, left to the regular one
         if replies:
-            self.send(conn.channel.ident, replies, conn.last_active)
+            self.send(channel.ident, replies, conn.last_active)
         return commands
 
     def _accept(self, ident: bytes, frame: zmq.Frame, now: float) -> None:

@@ -64,20 +64,26 @@ class Reactor:
         self._curve: CurveServer | None = None
 
     # ---- lifecycle (any thread)
-    def bind(self) -> None:
-        """Bind both endpoints (in the caller's thread, so a port in use is reported before start)."""
+    def bind(self, tcp_fd: int | None = None, zmq_fd: int | None = None, bind_zmq: bool = True) -> None:
+        """Bind both endpoints (in the caller's thread, so a port in use is reported before start).
+
+        Worker processes (namesrv.workers) share the ports: `tcp_fd`/`zmq_fd` is a socket of theirs,
+        bound with SO_REUSEPORT and listening, that ZeroMQ takes over (ZMQ_USE_FD) instead of binding
+        its own; `bind_zmq=False` leaves an ipc/inproc ZeroMQ endpoint to the one worker binding it.
+        """
         config = self._config
-        if config.zmq_listen_address:
+        zmq_address = config.zmq_listen_address if bind_zmq else ""
+        if zmq_address:
             self._curve = CurveServer.from_config(self._context, config)
         try:
-            stream = self._listen(zmq.STREAM, tcp_endpoint(config.bind_address, config.listen_port))
+            stream = self._listen(zmq.STREAM, tcp_endpoint(config.bind_address, config.listen_port), tcp_fd)
             stream.setsockopt(zmq.STREAM_NOTIFY, 1)
             self._add(StreamEndpoint(stream, self._max_backlog_bytes(), self._on_channel_closed,
                                      config.max_frame_length, max_connections=config.max_connections,
                                      answer_inline=self._dispatcher.answer_inline))
             self.tcp_address = _bound(stream).removeprefix("tcp://")
-            if config.zmq_listen_address:
-                router = self._listen(zmq.ROUTER, config.zmq_listen_address)
+            if zmq_address:
+                router = self._listen(zmq.ROUTER, zmq_address, zmq_fd)
                 self._add(RouterEndpoint(router, self._max_backlog_bytes(), self._on_channel_closed,
                                          max_connections=config.max_connections))
                 self.zmq_address = _bound(router)
@@ -115,9 +121,12 @@ class Reactor:
         return {transport: len(endpoint.connections) for transport, endpoint in self._endpoints.items()}
 
     # ---- internals
-    def _listen(self, kind: int, endpoint: str) -> zmq.Socket:
+    def _listen(self, kind: int, endpoint: str, fd: int | None = None) -> zmq.Socket:
+        """A socket bound to `endpoint`, or serving the listening socket `fd` (ZeroMQ closes it)."""
         config = self._config
         sock = self._context.socket(kind)
+        if fd is not None:
+            sock.setsockopt(zmq.USE_FD, fd)  # bind() still parses `endpoint`, then accepts on `fd`
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.BACKLOG, config.server_socket_backlog)
         if config.server_socket_snd_buf_size:

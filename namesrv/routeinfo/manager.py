@@ -160,6 +160,13 @@ class RouteInfoManager:
                 self._set_live(key, replace(live, channel=channel))
             return self._master_of_locked(group, cluster_name, broker_id)
 
+    def registration_fingerprint(self, cluster_name: str, broker_addr: str) -> Hashable | None:
+        """The body fingerprint of this broker's last registration, if it gave one (no lock: a
+        hint for whether `refresh_registration` is worth trying, which checks again under it)."""
+        live = self._live.get((cluster_name, broker_addr))
+        registration = None if live is None else live.registration
+        return None if registration is None else registration[0]
+
     def _register_locked(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
                          ha_server_addr: str | None, wrapper: TopicConfigSerializeWrapper | TopicQueueTable,
                          filter_server_list: list[str] | None, channel: Channel | None, zone_name: str | None,
@@ -544,10 +551,41 @@ class RouteInfoManager:
 
     def snapshot(self) -> RouteTables:
         with self._lock.read:
-            return RouteTables(copy.deepcopy(self._topic_queues), {n: g.copy() for n, g in self._brokers.items()},
-                               {c: set(names) for c, names in self._clusters.items()},
-                               {k: replace(v) for k, v in self._live.items()},
-                               {k: list(v) for k, v in self._filters.items()}, copy.deepcopy(self._mappings))
+            return self._snapshot_locked()
+
+    def export_tables(self) -> tuple[RouteTables, dict[str, int]]:
+        """A snapshot and the per-group queue-removal counts, under one read lock: what a restarted
+        worker process copies from a sibling (namesrv.workers) to serve what it serves."""
+        with self._lock.read:
+            return self._snapshot_locked(), dict(self._queue_removals)
+
+    def import_tables(self, tables: RouteTables, queue_removals: dict[str, int]) -> None:
+        """Replace every table by an `export_tables` result (taken over, not copied); the derived
+        indexes are rebuilt and every cached route dropped."""
+        with self._lock.write:
+            for mine, theirs in ((self._topic_queues, tables.topic_queue_table),
+                                 (self._brokers, tables.broker_addr_table),
+                                 (self._clusters, tables.cluster_addr_table),
+                                 (self._filters, tables.filter_server_table),
+                                 (self._mappings, tables.topic_queue_mapping_info_table),
+                                 (self._queue_removals, queue_removals)):
+                mine.clear()
+                mine.update(theirs)
+            self._live.clear()
+            self._channel_keys.clear()
+            for key, live in tables.broker_live_table.items():
+                self._set_live(key, live)
+            self._queue_pool.clear()
+            for queues in self._topic_queues.values():
+                for broker_name, queue in queues.items():
+                    queues[broker_name] = self._queue_pool.setdefault(broker_name, {}).setdefault(queue, queue)
+            self._route_cache.invalidate(self._route_cache.topics())
+
+    def _snapshot_locked(self) -> RouteTables:
+        return RouteTables(copy.deepcopy(self._topic_queues), {n: g.copy() for n, g in self._brokers.items()},
+                           {c: set(names) for c, names in self._clusters.items()},
+                           {k: replace(v) for k, v in self._live.items()},
+                           {k: list(v) for k, v in self._filters.items()}, copy.deepcopy(self._mappings))
 
     def cached_route_topics(self) -> set[str]:
         """Topics whose encoded route is cached (for logs, and tests of the invalidation)."""

@@ -1,0 +1,103 @@
+"""The requests the reactor answers itself, straight from their frames, no executor involved.
+
+Two kinds of request dominate a NameServer's traffic and almost always have an answer ready:
+route queries whose encoded route is cached (`RouteQueryFastPath`) and brokers' periodic
+re-registrations of an unchanged topic table (`RegistrationFastPath`). For them the hand-off to
+a worker thread and back, and the header parse, cost more than the answer. `InlineAnswers.answer`
+reads the header once per peer and request shape (`SeenHeaders`; a repeat costs a lookup),
+then lets the matching fast path answer or step aside (None): everything else, and every case
+those paths do not own, takes the regular path through the executors.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from namesrv import fastpath
+from namesrv.channel import Channel
+from namesrv.processor.broker_handlers import RegistrationHeader
+from namesrv.processor.context import HandlerContext
+from namesrv.processor.header import BadRequest
+from namesrv.processor.register_fast_path import RegistrationFastPath, Replicate
+from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, parse_json_route_query, \
+    route_query_of
+from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, JSON_FIELD, SeenHeaders
+from namesrv.protocol.codes import RequestCode
+from namesrv.protocol.command import RemotingCommand
+from namesrv.protocol.errors import ProtocolError
+from namesrv.protocol.json_header import decode_json_header
+
+
+
+class PreparedRegistration(NamedTuple):
+    """A REGISTER_BROKER header read once: its fields for the route table, and the request minus opaque and body."""
+
+    header: RegistrationHeader
+    request: RemotingCommand
+
+    def with_(self, opaque: int, body: bytes | None) -> RemotingCommand:
+        """The request these header bytes and `body` decode to (RemotingCommand.decode without the parse)."""
+        r = self.request
+        return RemotingCommand(r.code, language=r.language, version=r.version, opaque=opaque, flag=r.flag,
+                               remark=r.remark, ext_fields=r.ext_fields, body=body, serialize_type=r.serialize_type)
+
+
+#: What a header asks of the inline paths: a route query, a registration, or None (not theirs).
+Inline = RouteQuery | PreparedRegistration | None
+_REGISTER_BROKER = int(RequestCode.REGISTER_BROKER)
+
+
+class InlineAnswers:
+    """`answer(frame, channel)`: the whole response frame, or the request to dispatch (decoded, or None:
+    decode it). Reactor thread only."""
+
+    def __init__(self, ctx: HandlerContext, replicate: Replicate | None = None) -> None:
+        self.route_queries = RouteQueryFastPath(ctx)
+        self.registrations = RegistrationFastPath(ctx, replicate)
+        self._seen: SeenHeaders[Inline] = SeenHeaders(_read_header)
+
+    def answer(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand | None:
+        """`frame` as split_frames yields it (no length prefix). A registration that is not answered
+        here is handed back decoded, its body's CRC32 computed: the regular path needs neither again."""
+        if len(frame) < 4:
+            return None
+        field = INT32.unpack_from(frame)[0]
+        body_at = 4 + (field & HEADER_LENGTH_MASK)
+        if body_at > len(frame):
+            return None
+        serialize_field = field & ~HEADER_LENGTH_MASK
+        read = self._seen.read(serialize_field, frame[4:body_at])
+        if read is None or read[1] is None:
+            return None
+        opaque, what = read
+        if type(what) is RouteQuery:
+            return self.route_queries.answer(serialize_field, opaque, what)
+        request = what.with_(opaque, frame[body_at:] or None)
+        reply = self.registrations.answer(what.header, request, frame, channel)
+        return request if reply is None else reply
+
+
+def _read_header(serialize_field: int, header: bytes) -> tuple[int, Inline] | None:
+    """(opaque, what the inline paths make of it), or None if the header does not decode."""
+    if serialize_field == JSON_FIELD:
+        query = parse_json_route_query(header)
+        if query is not None:
+            return query
+        decode = decode_json_header
+    else:
+        decode = fastpath.decode_binary_header
+    try:
+        code, language, version, opaque, flag, remark, ext = decode(header)
+    except ProtocolError:
+        return None
+    if serialize_field != JSON_FIELD:
+        query = route_query_of(code, version, flag, ext)
+        if query is not None:
+            return opaque, query
+    if code != _REGISTER_BROKER or flag & NOT_PLAIN:
+        return opaque, None
+    request = RemotingCommand(code, language=language, version=version, flag=flag, remark=remark, ext_fields=ext,
+                              serialize_type=serialize_field >> 24)
+    try:
+        return opaque, PreparedRegistration(RegistrationHeader.read(request), request)
+    except BadRequest:
+        return opaque, None

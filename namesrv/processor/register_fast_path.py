@@ -1,0 +1,67 @@
+"""REGISTER_BROKER answered on the reactor thread when it is the periodic repeat of an unchanged body.
+
+A broker re-registers every 30 seconds, and almost always with the topic table it sent last time.
+The regular path recognises that by the body's fingerprint and only refreshes the broker's
+liveness, so what is left to pay is the request's trip through an executor and back: more than
+the work itself. Here the header is known from the broker's previous registration
+(`SeenHeaders`), the body is checked against its announced CRC32 and its last fingerprint, the
+liveness refresh is the regular path's own (`RouteInfoManager.refresh_registration`), and the
+answer is a pre-encoded header with the opaque patched in.
+
+A body that changed, a CRC32 mismatch, a refresh the route table declines (the group changed,
+topics were removed since...) step aside to the regular path with None; the bytes answered here
+are the ones it would send (tests/test_register_fast_path.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from namesrv.channel import Channel
+from namesrv.processor.broker_handlers import (RegistrationHeader, order_topics_body, registration_ext_fields,
+                                               same_body_as_before)
+from namesrv.processor.context import HandlerContext
+from namesrv.processor.seen_headers import OpaqueTemplate
+from namesrv.protocol.codes import ResponseCode
+from namesrv.protocol.command import RemotingCommand
+
+#: Bound of the remembered response headers (distinct master/HA addresses answered; cleared when full).
+_TEMPLATES = 1024
+
+#: Called with each applied registration's frame (no length prefix) and its connection.
+Replicate = Callable[[bytes, Channel], None]
+
+
+class RegistrationFastPath:
+    """`answer(...)`: the response frame to an unchanged re-registration, else None (reactor thread only)."""
+
+    def __init__(self, ctx: HandlerContext, replicate: Replicate | None = None) -> None:
+        self._ctx = ctx
+        self._replicate = replicate
+        self._templates: dict[tuple[int, str | None, str | None], OpaqueTemplate] = {}
+
+    def answer(self, registration: RegistrationHeader, request: RemotingCommand, frame: bytes,
+               channel: Channel) -> bytes | None:
+        """`request` is `frame` (as split_frames yields it) decoded; `registration` its header read."""
+        body = request.body or b""
+        crc = request.body_crc32()
+        if registration.body_crc32 != 0 and crc != registration.body_crc32:
+            return None  # the regular path answers "crc32 not match"
+        identity = registration.identity
+        routes = self._ctx.routes
+        if not same_body_as_before(routes.registration_fingerprint(identity["cluster_name"],
+                                                                   identity["broker_addr"]), body, crc):
+            return None
+        result = routes.refresh_registration(body_fingerprint=registration.fingerprint(body, crc), channel=channel,
+                                             **identity)
+        if result is None:
+            return None
+        if self._replicate is not None:
+            self._replicate(frame, channel)
+        key = (request.serialize_type, result.ha_server_addr, result.master_addr)
+        template = self._templates.get(key)
+        if template is None:
+            if len(self._templates) >= _TEMPLATES:
+                self._templates.clear()
+            template = self._templates[key] = OpaqueTemplate(
+                request.make_response(ResponseCode.SUCCESS, ext_fields=registration_ext_fields(result)))
+        return template.frame(request.opaque, order_topics_body(self._ctx))

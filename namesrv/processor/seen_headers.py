@@ -1,0 +1,128 @@
+"""Request headers read once per peer, and response headers written once per shape.
+
+A peer repeats the same request header again and again with only the opaque changed (a client's
+route poll, a broker's 30-second registration). `SeenHeaders` remembers what a header says keyed
+by its bytes without the opaque, so the next one costs a dictionary lookup instead of a parse.
+`OpaqueTemplate` is the converse for answers: a response header encoded once around a sentinel
+opaque, later stamped with the real one.
+"""
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from namesrv.protocol.codes import SerializeType
+from namesrv.protocol.command import RemotingCommand
+
+T = TypeVar("T")
+
+PREFIX = struct.Struct(">ii")  # totalLength, serializeType << 24 | headerLength
+INT32 = struct.Struct(">i")
+JSON_FIELD = int(SerializeType.JSON) << 24
+ROCKETMQ_FIELD = int(SerializeType.ROCKETMQ) << 24
+HEADER_LENGTH_MASK = 0xFFFFFF
+_SENTINEL = 2_059_198_193  # an opaque whose digits appear nowhere else in a header
+_BINARY_OPAQUE_AT = 5  # code (2) + language (1) + version (2)
+_OPAQUE_KEY = b'"opaque":'
+_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+#: Bound of the remembered headers (peers x distinct requests; cleared when full).
+SEEN_HEADERS = 16384
+
+
+def _canonical_int32(digits: bytes) -> int | None:
+    """The value of a JSON integer as `b"%d"` writes it (no sign but '-', no leading zero), in int32 range."""
+    if digits.isdigit() and len(digits) <= 10 and (digits[0] != 48 or len(digits) == 1):
+        value = int(digits)
+        return value if value <= _INT32_MAX else None
+    if digits[:1] == b"-" and digits[1:].isdigit() and len(digits) <= 11 and digits[1] != 48:
+        value = int(digits)
+        return value if value >= _INT32_MIN else None
+    return None
+
+
+class SeenHeaders(Generic[T]):
+    """`read(serialize_field, header)` -> (opaque, what the header says), or None if it cannot be read.
+
+    `parse(serialize_field, header)` reads a header the slow way, returning (opaque, value) or
+    None. Its value is remembered when the opaque is the only thing a repeat can differ in: a
+    binary header's fixed four bytes, or a JSON header's single `"opaque":` key written as
+    `b"%d"` writes it and followed by another field. Single-threaded (the reactor's).
+    """
+
+    def __init__(self, parse: Callable[[int, bytes], tuple[int, T] | None], bound: int = SEEN_HEADERS) -> None:
+        self._parse = parse
+        self._bound = bound
+        self._json: dict[tuple[bytes, bytes], T] = {}
+        self._binary: dict[bytes, T] = {}
+
+    def read(self, serialize_field: int, header: bytes) -> tuple[int, T] | None:
+        if serialize_field == JSON_FIELD:
+            return self._read_json(header)
+        if serialize_field == ROCKETMQ_FIELD:
+            return self._read_binary(header)
+        return None
+
+    def _read_json(self, header: bytes) -> tuple[int, T] | None:
+        head, _, rest = header.partition(_OPAQUE_KEY)
+        digits, comma, tail = rest.partition(b",")
+        if comma:
+            known = self._json.get((head, tail), self)
+            if known is not self:
+                opaque = _canonical_int32(digits)
+                if opaque is not None:
+                    return opaque, known
+        parsed = self._parse(JSON_FIELD, header)
+        if parsed is not None and comma and digits == b"%d" % parsed[0] and header.count(_OPAQUE_KEY) == 1:
+            self._remember(self._json, (head, tail), parsed[1])
+        return parsed
+
+    def _read_binary(self, header: bytes) -> tuple[int, T] | None:
+        if len(header) < _BINARY_OPAQUE_AT + 4:
+            return None
+        key = header[:_BINARY_OPAQUE_AT] + header[_BINARY_OPAQUE_AT + 4:]
+        known = self._binary.get(key, self)
+        if known is not self:
+            return INT32.unpack_from(header, _BINARY_OPAQUE_AT)[0], known
+        parsed = self._parse(ROCKETMQ_FIELD, header)
+        if parsed is not None:
+            self._remember(self._binary, key, parsed[1])
+        return parsed
+
+    def _remember(self, table: dict, key: object, value: T) -> None:
+        if len(table) >= self._bound:
+            table.clear()
+        table[key] = value
+
+
+class OpaqueTemplate:
+    """A response's encoded header split around its opaque: `frame(opaque, body)` writes the whole frame."""
+
+    __slots__ = ("_serialize_field", "_head", "_tail", "_binary")
+
+    def __init__(self, response: RemotingCommand) -> None:
+        """`response`: the answer as the regular path would build it, with any opaque."""
+        saved = response.opaque
+        response.opaque = _SENTINEL
+        try:
+            header = response.encode_header()
+        finally:
+            response.opaque = saved
+        self._serialize_field = int(response.serialize_type) << 24
+        self._binary = response.serialize_type == SerializeType.ROCKETMQ
+        if self._binary:
+            at = _BINARY_OPAQUE_AT
+            assert header[at:at + 4] == INT32.pack(_SENTINEL)
+            self._head, self._tail = header[:at], header[at + 4:]
+        else:
+            marker = b'"opaque":%d' % _SENTINEL
+            at = header.index(marker) + len(_OPAQUE_KEY)
+            self._head, self._tail = header[:at], header[at + len(str(_SENTINEL)):]
+
+    def frame(self, opaque: int, body: bytes | None) -> bytes:
+        """The whole response frame, length prefix included, as `RemotingCommand.encode` writes it."""
+        stamp = INT32.pack(opaque) if self._binary else b"%d" % opaque
+        header_length = len(self._head) + len(stamp) + len(self._tail)
+        body = body or b""
+        return b"".join((PREFIX.pack(4 + header_length + len(body), self._serialize_field | header_length),
+                         self._head, stamp, self._tail, body))

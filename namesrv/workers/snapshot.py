@@ -1,0 +1,59 @@
+"""The copy of a worker's tables a restarted sibling starts from (sans-IO).
+
+A restarted worker must not serve an empty route table while its siblings serve a full one, so
+before it accepts connections it takes over one sibling's tables: routes (with the
+queue-removal counts the re-registration shortcut relies on), the KV table and the remotely
+updatable config keys, together with the `marks` - for each origin, the last message of its log
+the tables include - from which it applies the live stream it buffered meanwhile. Connections
+in the tables become stand-ins (`SiblingChannel`): the copier's own are stood in for as its
+origin's. The payload is a pickle: it only ever travels between a worker's own processes, over
+ipc in the supervisor's private directory.
+"""
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+
+from namesrv.config import NamesrvConfig
+from namesrv.kvconfig import KVConfigManager
+from namesrv.routeinfo import RouteInfoManager, RouteTables
+from namesrv.workers.bus import SiblingChannel
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    #: origin index -> (generation, last sequence number) of the writes these tables include.
+    marks: dict[int, tuple[int, int]]
+    routes: RouteTables
+    queue_removals: dict[str, int]
+    kv: dict[str, dict[str, str | None]]
+    #: The remotely updatable config keys (UPDATE_NAMESRV_CONFIG may have changed them since start).
+    config: dict[str, str]
+
+    @property
+    def summary(self) -> str:
+        return (f"{len(self.routes.broker_live_table)} brokers, {len(self.routes.topic_queue_table)} topics, "
+                f"{len(self.kv)} KV namespaces")
+
+
+def take(index: int, generation: int, marks: dict[int, tuple[int, int]], routes: RouteInfoManager,
+         kv: KVConfigManager, config: NamesrvConfig) -> bytes:
+    """The pickled copy; `marks` must be read before (a write the marks do not cover may be in the
+    tables too: applying it again is harmless, missing it would not be)."""
+    tables, queue_removals = routes.export_tables()
+    for live in tables.broker_live_table.values():
+        if live.channel is not None and not isinstance(live.channel, SiblingChannel):
+            live.channel = SiblingChannel.stand_in(index, generation, live.channel)
+    updatable = NamesrvConfig.remote_updatable()
+    remote_config = {key: value for key, value in config.to_properties().items() if key in updatable}
+    snapshot = Snapshot(marks, tables, queue_removals, kv.export_table(), remote_config)
+    return pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def restore(payload: bytes, routes: RouteInfoManager, kv: KVConfigManager, config: NamesrvConfig) -> Snapshot:
+    """Replace the tables (in memory: the files are the origins' business) by the copy in `payload`."""
+    snapshot: Snapshot = pickle.loads(payload)
+    routes.import_tables(snapshot.routes, snapshot.queue_removals)
+    kv.restore_table(snapshot.kv)
+    config.apply(snapshot.config)
+    return snapshot

@@ -1,0 +1,30 @@
+"""A sans-IO server for the inline-path tests: the processor and its route table on a settable clock."""
+from __future__ import annotations
+
+from namesrv.channel import Channel
+from namesrv.config import NamesrvConfig
+from namesrv.kvconfig import KVConfigManager
+from namesrv.processor import RequestProcessor
+from namesrv.protocol import RemotingCommand
+from namesrv.routeinfo import RouteInfoManager
+
+START = 1_700_000_000_000
+
+
+class InlineServer:
+    """`inline(frame, channel)`: what the reactor answers itself; `regular(...)`: what the executors would."""
+
+    def __init__(self, tmp_path, **config) -> None:
+        self.now = START
+        self.config = NamesrvConfig(kv_config_path=str(tmp_path / "kvConfig.json"),
+                                    config_store_path=str(tmp_path / "namesrv.properties"), **config)
+        self.routes = RouteInfoManager(self.config, clock=lambda: self.now)
+        self.kv = KVConfigManager(self.config.kv_config_path)
+        self.kv.load()
+        self.processor = RequestProcessor(self.config, self.routes, self.kv, clock=lambda: self.now)
+
+    def inline(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand | None:
+        return self.processor.inline.answer(frame, channel)
+
+    def regular(self, frame: bytes, channel: Channel) -> bytes:
+        return self.processor.process(RemotingCommand.decode(frame), channel).encode()

@@ -1,0 +1,189 @@
+"""The reactor answers an unchanged re-registration exactly as the regular path, or steps aside.
+
+For every registration the inline path answers, its bytes must equal `RequestProcessor.process(...)
+.encode()` and its effect on the route table must be the regular refresh's (liveness, channel);
+anything else (a first registration, a changed body, a CRC32 mismatch, a refresh the route table
+declines, a oneway or malformed header) it must leave to the regular path (None).
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from inline_harness import InlineServer
+
+from namesrv.channel import Channel
+from namesrv.fastpath import body_crc32
+from namesrv.kvconfig import ORDER_TOPIC_CONFIG
+from namesrv.protocol import (DataVersion, RegisterBrokerBody, RemotingCommand, RequestCode, ResponseCode,
+                              SerializeType, TopicConfig, TopicConfigSerializeWrapper)
+from namesrv.protocol.codes import FLAG_ONEWAY, Version
+
+BROKER = Channel("tcp", b"broker-1", "10.0.0.1:50000")
+OTHER = Channel("tcp", b"broker-2", "10.0.0.1:50001")
+MASTER = {"clusterName": "c1", "brokerName": "b1", "brokerAddr": "10.0.0.1:10911", "brokerId": "0",
+          "haServerAddr": "10.0.0.1:10912"}
+SLAVE = {**MASTER, "brokerAddr": "10.0.0.2:10911", "brokerId": "1", "haServerAddr": "10.0.0.2:10912"}
+
+
+class Server(InlineServer):
+    def answer(self, frame: bytes, channel: Channel = BROKER) -> bytes | None:
+        """The inline path's answer, or None when it steps aside: then any request it hands back
+        must be exactly the frame's decode, its body CRC32 right."""
+        reply = self.inline(frame, channel)
+        if reply is None or type(reply) is bytes:
+            return reply
+        assert reply == RemotingCommand.decode(frame)
+        assert reply.body_crc32() == body_crc32(reply.body or b"")
+        return None
+
+    def regular(self, frame: bytes, channel: Channel = BROKER) -> bytes:
+        return super().regular(frame, channel)
+
+    def live(self, header: dict):
+        return self.routes.snapshot().broker_live_table[(header["clusterName"], header["brokerAddr"])]
+
+
+def body(topics: int = 3, counter: int = 1) -> bytes:
+    wrapper = TopicConfigSerializeWrapper({f"T{i}": TopicConfig(f"T{i}", 4, 4) for i in range(topics)},
+                                          DataVersion(counter, 1))
+    return RegisterBrokerBody(wrapper, []).encode()
+
+
+def registration(header: dict = MASTER, data: bytes | None = None, *, opaque: int = 1, crc: bool = True,
+                 serialize_type: int = SerializeType.JSON, version: int = Version.V5_3_3, flag: int = 0,
+                 extra: dict | None = None) -> bytes:
+    data = body() if data is None else data
+    ext = {**header, **({"bodyCrc32": str(body_crc32(data))} if crc else {}), **(extra or {})}
+    command = RemotingCommand.request(RequestCode.REGISTER_BROKER, ext, data, opaque=opaque,
+                                      serialize_type=serialize_type, version=version)
+    command.flag = flag
+    return command.encode()[4:]
+
+
+@pytest.fixture
+def server(tmp_path) -> Server:
+    return Server(tmp_path)
+
+
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+@pytest.mark.parametrize("crc", [True, False])
+def test_a_repeat_is_answered_as_the_regular_path_answers_it(server, serialize_type, crc):
+    first = registration(serialize_type=serialize_type, crc=crc)
+    assert server.answer(first) is None  # nothing registered yet: the regular path registers
+    assert RemotingCommand.decode(server.regular(first)[4:]).code == ResponseCode.SUCCESS
+    for opaque in (2, 0, -7, 2 ** 31 - 1, -(2 ** 31)):
+        frame = registration(serialize_type=serialize_type, crc=crc, opaque=opaque)
+        assert server.answer(frame) == server.regular(frame)
+
+
+def test_a_slave_learns_its_master_inline(server):
+    server.regular(registration(MASTER))
+    server.regular(registration(SLAVE))
+    frame = registration(SLAVE, opaque=9)
+    answer = server.answer(frame)
+    assert answer == server.regular(frame)
+    ext = RemotingCommand.decode(answer[4:]).ext_fields
+    assert ext == {"masterAddr": "10.0.0.1:10911", "haServerAddr": "10.0.0.1:10912"}
+
+
+def test_order_topic_config_is_returned_inline(tmp_path):
+    server = Server(tmp_path, return_order_topic_config_to_broker=True)
+    server.regular(registration())
+    server.kv.put(ORDER_TOPIC_CONFIG, "T1", "b1:4")
+    frame = registration(opaque=5)
+    answer = server.answer(frame)
+    assert answer == server.regular(frame) and b"b1:4" in RemotingCommand.decode(answer[4:]).body
+
+
+def test_the_refresh_keeps_the_broker_alive_and_takes_the_new_channel(server):
+    server.regular(registration())
+    server.now += 100_000
+    assert server.answer(registration(opaque=2), OTHER) is not None
+    assert server.live(MASTER).last_update_timestamp == server.now
+    assert server.live(MASTER).channel == OTHER
+    server.routes.on_channel_destroy(BROKER)  # the old connection's close no longer removes it
+    server.now += 100_000
+    assert server.routes.scan_not_active_brokers() == []
+    assert server.routes.pickup_topic_route("T0") is not None
+
+
+def test_a_changed_body_goes_the_regular_way(server):
+    server.regular(registration())
+    changed = registration(data=body(counter=2), opaque=2)
+    assert server.answer(changed) is None
+    server.regular(changed)
+    assert server.live(MASTER).data_version == DataVersion(2, 1)
+    assert server.answer(registration(data=body(counter=2), opaque=3)) is not None
+
+
+def test_a_crc_mismatch_goes_the_regular_way(server):
+    server.regular(registration())
+    frame = registration(opaque=2, extra={"bodyCrc32": "12345"})
+    assert server.answer(frame) is None
+    assert RemotingCommand.decode(server.regular(frame)[4:]).remark == "crc32 not match"
+
+
+def test_a_refresh_the_route_table_declines_goes_the_regular_way(server):
+    server.regular(registration())
+    server.routes.delete_topic("T1")  # the body would restore it
+    frame = registration(opaque=2)
+    assert server.answer(frame) is None
+    server.regular(frame)
+    assert server.routes.pickup_topic_route("T1") is not None
+
+
+@pytest.mark.parametrize("frame", [
+    registration(flag=FLAG_ONEWAY, opaque=2),
+    registration({k: v for k, v in MASTER.items() if k != "brokerAddr"}, opaque=2),  # missing field
+    registration({**MASTER, "brokerId": "zero"}, opaque=2),  # malformed field
+    registration(opaque=2, serialize_type=SerializeType.ROCKETMQ, flag=FLAG_ONEWAY),
+])
+def test_oneway_and_bad_headers_go_the_regular_way(server, frame):
+    server.regular(registration())
+    assert server.answer(frame) is None
+
+
+def test_a_registration_from_memory_is_the_parsed_one(server):
+    """A repeat of a remembered header needs no parse; a header differing elsewhere is read anew."""
+    server.regular(registration())
+    assert server.answer(registration(opaque=2)) is not None  # parsed, remembered
+    assert server.answer(registration(opaque=3)) == server.regular(registration(opaque=3))  # from memory
+    other_version = registration(opaque=4, version=Version.V4_9_4)
+    assert server.answer(other_version) is None  # the fingerprint covers the version: not the same body
+    server.regular(other_version)
+    assert server.answer(registration(opaque=5, version=Version.V4_9_4)) is not None
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(opaque=st.integers(-(2 ** 31), 2 ** 31 - 1), version=st.sampled_from([Version.V4_9_4, Version.V5_3_3]),
+       serialize_type=st.sampled_from([SerializeType.JSON, SerializeType.ROCKETMQ]),
+       header=st.sampled_from([MASTER, SLAVE]), topics=st.integers(0, 5))
+def test_any_repeat_matches_the_regular_path(server, opaque, version, serialize_type, header, topics):
+    data = body(topics)
+    server.regular(registration(header, data, version=version, serialize_type=serialize_type))
+    frame = registration(header, data, version=version, serialize_type=serialize_type, opaque=opaque)
+    answer = server.answer(frame)
+    assert answer is not None and answer == server.regular(frame)
+
+
+def test_a_real_server_answers_pipelined_repeats_and_sees_changes(namesrv_factory, raw_connect):
+    server = namesrv_factory()
+    broker = raw_connect(server.address)
+
+    def request(data: bytes, serialize_type: int = SerializeType.JSON) -> RemotingCommand:
+        ext = {**MASTER, "bodyCrc32": body_crc32(data)}
+        return broker.request(RequestCode.REGISTER_BROKER, ext, data, serialize_type=serialize_type)
+
+    assert broker.call(request(body(3))).code == ResponseCode.SUCCESS
+    repeats = [request(body(3), serialize_type) for _ in range(50)
+               for serialize_type in (SerializeType.JSON, SerializeType.ROCKETMQ)]
+    broker.send(*repeats)
+    answers = {answer.opaque: answer for answer in (broker.recv() for _ in repeats)}
+    for repeat in repeats:
+        answer = answers[repeat.opaque]
+        assert answer.code == ResponseCode.SUCCESS and answer.serialize_type == repeat.serialize_type
+    assert broker.call(request(body(5, counter=2))).code == ResponseCode.SUCCESS  # a changed table
+    client = raw_connect(server.address)
+    route = client.call(client.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T4"}))
+    assert route.code == ResponseCode.SUCCESS and b"b1" in route.body

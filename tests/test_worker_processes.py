@@ -1,0 +1,340 @@
+"""serverWorkerProcesses=2 end to end: real supervisor and worker processes on 127.0.0.1.
+
+Connections are told apart by the worker that accepted them (the kernel spreads them over the
+workers' SO_REUSEPORT sockets): a client's local port is found among each worker's sockets.
+What one worker is told, the other must know within milliseconds; a killed worker comes back
+with its siblings' tables; SIGTERM stops them all. Then the sans-IO parts on their own.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+import zmq
+
+from namesrv.channel import Channel
+from namesrv.config import NamesrvConfig
+from namesrv.kvconfig import KVConfigManager
+from namesrv.launcher import NamesrvProcess, NamesrvStartError
+from namesrv.processor import RequestProcessor
+from namesrv.protocol import (DataVersion, ProtocolError, RegisterBrokerBody, RemotingCommand, RequestCode,
+                              ResponseCode, TopicConfig, TopicConfigSerializeWrapper, TopicRouteData)
+from namesrv.protocol.msgpack_codec import decode_msgpack, encode_msgpack
+from namesrv.routeinfo import RouteInfoManager
+from namesrv.workers import snapshot
+from namesrv.workers.bus import (CLOSE, TICK, WRITE, BusMessage, Positions, SiblingChannel, Verdict, decode,
+                                 encode_close, encode_tick, encode_write)
+from process_control import frozen
+
+CLUSTER = "WorkersCluster"
+TOPICS = ("TopicA", "TopicB")
+
+
+def workers_of(server: NamesrvProcess) -> list[psutil.Process]:
+    return psutil.Process(server.pid).children()
+
+
+def accepting_worker(server: NamesrvProcess, conn, timeout: float = 5.0) -> int:
+    """The pid of the worker that accepted `conn` (ZeroMQ accepts it a moment after the handshake)."""
+    port = conn.sock.getsockname()[1]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for worker in workers_of(server):
+            try:
+                if any(c.raddr and c.raddr.port == port for c in worker.net_connections("tcp")):
+                    return worker.pid
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.01)
+    raise AssertionError(f"no worker of {server} holds the connection from port {port}")
+
+
+def one_per_worker(server: NamesrvProcess, raw_connect, pids: set[int] | None = None) -> dict[int, object]:
+    """One open connection to each worker in `pids` (default: all), opening connections until each is hit."""
+    wanted = pids or {worker.pid for worker in workers_of(server)}
+    found: dict[int, object] = {}
+    for _ in range(100):
+        conn = raw_connect(server.address)
+        pid = accepting_worker(server, conn)
+        if pid in wanted and pid not in found:
+            found[pid] = conn
+            if len(found) == len(wanted):
+                return found
+        else:
+            conn.close()
+    raise AssertionError(f"100 connections did not reach every worker of {wanted}")
+
+
+def register(conn, name: str = "broker-a", addr: str = "127.0.0.1:10911", **ext: object) -> RemotingCommand:
+    table = {topic: TopicConfig(topic, 4, 4) for topic in TOPICS}
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper(table, DataVersion(1, 1_700_000_000_000, 0))).encode()
+    header = {"brokerName": name, "brokerAddr": addr, "clusterName": CLUSTER, "haServerAddr": "127.0.0.1:10912",
+              "brokerId": 0, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF, **ext}
+    answer = conn.call(conn.request(RequestCode.REGISTER_BROKER, header, body))
+    assert answer.code == ResponseCode.SUCCESS, answer
+    return answer
+
+
+def brokers(conn, topic: str = "TopicA") -> list[str]:
+    answer = conn.call(conn.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+    if answer.code == ResponseCode.TOPIC_NOT_EXIST:
+        return []
+    assert answer.code == ResponseCode.SUCCESS, answer
+    return sorted(group.broker_name for group in TopicRouteData.decode(answer.body).broker_datas)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    """Seconds until `condition` held (polled without sleeping: the delay is what is measured)."""
+    started = time.perf_counter()
+    while not condition():
+        if time.perf_counter() - started > timeout:
+            raise AssertionError(f"not within {timeout} s: {what}")
+    return time.perf_counter() - started
+
+
+@pytest.fixture
+def workers(namesrv_factory) -> NamesrvProcess:
+    return namesrv_factory(serverWorkerProcesses=2, scanNotActiveBrokerInterval=100)
+
+
+def test_a_registration_on_one_worker_is_visible_on_the_other_within_milliseconds(workers, raw_connect) -> None:
+    (pid_a, a), (pid_b, b) = one_per_worker(workers, raw_connect).items()
+    assert pid_a != pid_b
+    delays = []
+    for i in range(20):
+        name = f"broker-{i}"
+        register(a, name=name, addr=f"127.0.0.1:{20000 + i}")
+        delays.append(wait_until(lambda: name in brokers(b), 1.0, f"{name} visible on the other worker"))
+    print(f"\nvisible on the sibling after the registration's answer: median {statistics.median(delays) * 1e3:.2f} ms, "
+          f"max {max(delays) * 1e3:.2f} ms (20 registrations; a route query round trip included)")
+    workers.wait_for_log(r"\[w\d/NamesrvBus\] namesrv.routeinfo.manager - new broker registered: broker-0")
+
+
+def test_unregistration_and_connection_close_reach_the_other_worker(workers, raw_connect) -> None:
+    (_, a), (_, b) = one_per_worker(workers, raw_connect).items()
+    register(a)
+    wait_until(lambda: brokers(b) == ["broker-a"], 1.0, "broker-a registered everywhere")
+    unregister = {"clusterName": CLUSTER, "brokerAddr": "127.0.0.1:10911", "brokerName": "broker-a", "brokerId": 0}
+    assert a.call(a.request(RequestCode.UNREGISTER_BROKER, unregister)).code == ResponseCode.SUCCESS
+    wait_until(lambda: brokers(b) == [], 1.0, "broker-a unregistered everywhere")
+
+    register(a, name="broker-b", addr="127.0.0.1:30911")
+    wait_until(lambda: brokers(b) == ["broker-b"], 1.0, "broker-b registered everywhere")
+    a.close()
+    wait_until(lambda: brokers(b) == [], 1.0, "broker-b gone with its connection everywhere")
+    workers.wait_for_log(r"\[w\d/NamesrvBus\] .*channel closed: broker broker-b\[0\] 127\.0\.0\.1:30911 .*worker\d")
+
+
+def test_kv_and_config_writes_reach_the_other_worker_and_only_their_taker_writes_files(workers, raw_connect) -> None:
+    (_, a), (pid_b, b) = one_per_worker(workers, raw_connect).items()
+    kv_file = workers.workdir / "kvConfig.json"
+    with frozen(pid_b):  # the sibling applies the write only after the file's state below is recorded
+        put = a.request(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k1", "value": "v1"})
+        assert a.call(put).code == ResponseCode.SUCCESS
+        written = kv_file.stat()
+        update = a.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
+        assert a.call(update).code == ResponseCode.SUCCESS
+        config_written = (workers.workdir / "namesrv.properties").stat()
+
+    def value_on_b() -> str | None:
+        answer = b.call(b.request(RequestCode.GET_KV_CONFIG, {"namespace": "NS", "key": "k1"}))
+        return answer.ext_fields.get("value") if answer.code == ResponseCode.SUCCESS else None
+
+    wait_until(lambda: value_on_b() == "v1", 1.0, "the KV put visible on the other worker")
+    config_on_b = b.call(b.request(RequestCode.GET_NAMESRV_CONFIG)).body.decode()
+    assert "orderMessageEnable=true" in config_on_b.splitlines()
+    time.sleep(0.2)
+    for path, before in ((kv_file, written), (workers.workdir / "namesrv.properties", config_written)):
+        after = path.stat()
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), f"{path} rewritten"
+    assert json.loads(kv_file.read_text()) == {"configTable": {"NS": {"k1": "v1"}}}
+
+
+def test_a_broker_kept_alive_on_one_worker_stays_everywhere_and_once_silent_expires_everywhere(
+        workers, raw_connect) -> None:
+    (_, a), (_, b) = one_per_worker(workers, raw_connect).items()
+    register(a, heartbeatTimeoutMillis=600)
+    wait_until(lambda: brokers(b) == ["broker-a"], 1.0, "broker-a registered everywhere")
+    heartbeat = {"clusterName": CLUSTER, "brokerAddr": "127.0.0.1:10911", "brokerName": "broker-a", "brokerId": 0}
+    for beat in range(12):  # 1.8 s of liveness, three times its timeout: unchanged re-registrations, then heartbeats
+        if beat < 6:
+            register(a, heartbeatTimeoutMillis=600)
+        else:
+            a.send(a.request(RequestCode.BROKER_HEARTBEAT, heartbeat, oneway=True))
+        time.sleep(0.15)
+        assert brokers(b) == ["broker-a"], f"broker-a expired on the other worker after beat {beat}"
+    started = time.monotonic()
+    for conn in (b, raw_connect(workers.address)):
+        wait_until(lambda: brokers(conn) == [], 3.0, "broker-a expired")
+    assert time.monotonic() - started >= 0.3
+    assert a.closed_by_server(2)
+    workers.wait_for_log(r"expired: broker broker-a\[0\] 127\.0\.0\.1:10911")
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://127.0.0.1:*", "ipc"])
+def test_writes_over_the_zeromq_endpoint_reach_every_worker(namesrv_factory, raw_connect, zmq_context, tmp_path,
+                                                            endpoint: str) -> None:
+    """A tcp endpoint is shared by every worker; an ipc one is worker 0's alone."""
+    if endpoint == "ipc":
+        endpoint = f"ipc://{tmp_path}/namesrv.zmq"
+    server = namesrv_factory(serverWorkerProcesses=2, zmqListenAddress=endpoint)
+    dealer = zmq_context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(server.zmq_address)
+    put = RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k1", "value": "v1"}, opaque=1)
+    dealer.send(encode_msgpack(put))
+    assert dealer.poll(5000), "no answer over ZeroMQ"
+    assert decode_msgpack(dealer.recv()).code == ResponseCode.SUCCESS
+    for conn in one_per_worker(server, raw_connect).values():
+        get = conn.request(RequestCode.GET_KV_CONFIG, {"namespace": "NS", "key": "k1"})
+        wait_until(lambda: conn.call(get).code == ResponseCode.SUCCESS, 1.0, "the put visible on every worker")
+
+
+def test_a_killed_worker_is_restarted_with_its_siblings_routes(workers, raw_connect) -> None:
+    (pid_a, a), (pid_b, _) = one_per_worker(workers, raw_connect).items()
+    register(a)
+    os.kill(pid_b, signal.SIGKILL)
+    workers.wait_for_log(rf"worker \d \(pid {pid_b}\) exited with -9; restarting it")
+    match = workers.wait_for_log(r"worker \d \(pid (\d+)\) restarted and serving", timeout=15)
+    restarted = int(match.group(1))
+    assert {worker.pid for worker in workers_of(workers)} == {pid_a, restarted}
+    workers.wait_for_log(r"copied the tables of worker \d \(1 brokers, 2 topics, 0 KV namespaces")
+    conn = one_per_worker(workers, raw_connect, {restarted})[restarted]
+    assert brokers(conn) == ["broker-a"]
+    a.close()  # the broker's connection, held by the surviving worker: the restarted one hears the close
+    wait_until(lambda: brokers(conn) == [], 1.0, "broker-a gone on the restarted worker")
+
+
+def test_sigterm_stops_every_worker_and_removes_the_bus_directory(workers, raw_connect) -> None:
+    children = workers_of(workers)
+    bus_dirs = {Path(c.laddr).parent for worker in children for c in worker.net_connections("unix") if c.laddr}
+    assert len(bus_dirs) == 1 and next(iter(bus_dirs)).is_dir()
+    assert workers.stop() == 0
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive
+    assert not next(iter(bus_dirs)).exists()
+    log = workers.log_text()
+    assert log.count("SIGTERM received") == 3
+    assert log.rstrip().endswith("The Name Server shut down")
+
+
+def test_a_port_held_by_another_server_is_refused_not_shared(workers, tmp_path) -> None:
+    """SO_REUSEPORT would let a second server share the port: the supervisor checks it first."""
+    second = NamesrvProcess({"serverWorkerProcesses": 2, "listenPort": workers.port}, workdir=tmp_path)
+    with pytest.raises(NamesrvStartError, match=rf"cannot listen on tcp://127\.0\.0\.1:{workers.port}: "
+                                                r"Address already in use"):
+        second.start()
+    assert second.returncode == 2
+
+
+def test_zero_worker_processes_is_refused(tmp_path) -> None:
+    server = NamesrvProcess({"serverWorkerProcesses": 0}, workdir=tmp_path)
+    with pytest.raises(NamesrvStartError, match="serverWorkerProcesses: must be at least 1, got 0"):
+        server.start()
+    assert server.returncode == 2
+
+
+# ---- the sans-IO parts: the bus's ordering rules and messages, the table copy, memory-only KV writes
+
+def message(kind: int, seq: int, generation: int = 7, origin: int = 1) -> BusMessage:
+    return BusMessage(kind, origin, generation, seq)
+
+
+def test_positions_apply_each_log_in_order_and_report_what_went_missing() -> None:
+    positions = Positions()
+    assert positions.admit(message(TICK, 0)) is Verdict.SKIP  # first contact, nothing written yet
+    assert positions.admit(message(WRITE, 1)) is Verdict.APPLY
+    assert positions.admit(message(WRITE, 1)) is Verdict.SKIP  # already applied
+    assert positions.admit(message(CLOSE, 2)) is Verdict.APPLY
+    assert positions.admit(message(TICK, 2)) is Verdict.SKIP
+    assert positions.admit(message(TICK, 3)) is Verdict.GAP  # message 3 never arrived
+    assert positions.admit(message(WRITE, 4)) is Verdict.GAP
+    assert positions.admit(message(WRITE, 1, generation=8)) is Verdict.APPLY  # a restart's log starts at 1
+    assert positions.admit(message(WRITE, 3, generation=7)) is Verdict.SKIP  # the previous incarnation's leftovers
+    assert positions.admit(message(WRITE, 5, origin=2)) is Verdict.GAP  # first contact in the middle of a log
+    assert Positions({2: (7, 4)}).admit(message(WRITE, 5, origin=2)) is Verdict.APPLY  # where a table copy left off
+    assert positions.marks() == {1: (8, 1)}
+
+
+def test_bus_messages_round_trip_and_garbage_is_a_protocol_error() -> None:
+    client = Channel("zmq", b"\x00peer", "10.0.0.9:4242")
+    write = decode(encode_write(3, 9, 12, b"frame bytes", client))
+    assert write == BusMessage(WRITE, 3, 9, 12, client, b"frame bytes")
+    assert write.channel.remote_addr == "10.0.0.9:4242"
+    assert decode(encode_close(3, 9, 13, client)) == BusMessage(CLOSE, 3, 9, 13, client)
+    assert decode(encode_tick(3, 9, 13, [(0, 1), (1, 2)])).heard == {(0, 1), (1, 2)}
+    close = encode_close(3, 9, 13, client)
+    for data in (b"\x01", b"\x09" + bytes(14), close[:-1], close + b"x", encode_write(3, 9, 12, b"", client)[:20]):
+        with pytest.raises(ProtocolError):
+            decode(data)
+
+
+def test_stand_in_channels_never_equal_a_local_connection_and_close_as_a_lookup_miss() -> None:
+    local = Channel("tcp", b"\x00\x00\x00\x00\x01", "10.0.0.9:4242")
+    stand_in = SiblingChannel.stand_in(2, 5, local)
+    assert stand_in.transport == "tcp" and stand_in != local and stand_in.origin == 2
+    assert stand_in == SiblingChannel.stand_in(2, 5, local) != SiblingChannel.stand_in(2, 6, local)
+    assert stand_in != SiblingChannel.stand_in(2, 5, Channel("zmq", local.ident))
+    assert str(stand_in) == "worker2:10.0.0.9:4242"
+
+
+def tables(tmp_path: Path, name: str) -> tuple[NamesrvConfig, RouteInfoManager, KVConfigManager, RequestProcessor]:
+    config = NamesrvConfig(kv_config_path=str(tmp_path / f"{name}-kv.json"),
+                           config_store_path=str(tmp_path / f"{name}.properties"))
+    routes, kv = RouteInfoManager(config), KVConfigManager(config.kv_config_path)
+    return config, routes, kv, RequestProcessor(config, routes, kv)
+
+
+def registration(name: str, addr: str) -> RemotingCommand:
+    table = {topic: TopicConfig(topic, 4, 4) for topic in TOPICS}
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper(table, DataVersion(1, 1, 0))).encode()
+    return RemotingCommand.request(RequestCode.REGISTER_BROKER, {"brokerName": name, "brokerAddr": addr,
+                                                                 "clusterName": CLUSTER, "brokerId": 0}, body)
+
+
+def test_a_table_copy_carries_routes_kv_and_config_with_connections_stood_in_for(tmp_path) -> None:
+    config, routes, kv, processor = tables(tmp_path, "source")
+    local = Channel("tcp", b"\x00\x00\x00\x00\x01", "10.0.0.1:5000")
+    remote = SiblingChannel.stand_in(0, 1, Channel("tcp", b"\x00\x00\x00\x00\x01", "10.0.0.2:5000"))
+    for command, channel in ((registration("broker-a", "10.0.0.1:10911"), local),
+                             (registration("broker-b", "10.0.0.2:10911"), remote),
+                             (RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k",
+                                                                                  "value": "v"}), local),
+                             (RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG,
+                                                      body=b"orderMessageEnable=true"), local)):
+        assert processor.process(command, channel).code == ResponseCode.SUCCESS
+    payload = snapshot.take(1, 5, {0: (1, 40), 1: (5, 17)}, routes, kv, config)
+
+    copy_config, copy_routes, copy_kv, _ = tables(tmp_path, "copy")
+    copied = snapshot.restore(payload, copy_routes, copy_kv, copy_config)
+    assert copied.marks == {0: (1, 40), 1: (5, 17)}
+    assert copy_kv.get("NS", "k") == "v" and not copy_kv.path.exists()
+    assert copy_config.order_message_enable and not Path(copy_config.config_store_path).exists()
+    original, copy = routes.snapshot(), copy_routes.snapshot()
+    assert copy.topic_queue_table == original.topic_queue_table
+    assert copy.broker_addr_table == original.broker_addr_table
+    channels = {key: live.channel for key, live in copy.broker_live_table.items()}
+    assert channels == {(CLUSTER, "10.0.0.1:10911"): SiblingChannel.stand_in(1, 5, local),
+                        (CLUSTER, "10.0.0.2:10911"): remote}
+    assert copy_routes.topic_route_body("TopicA", True) == routes.topic_route_body("TopicA", True)
+    copy_routes.on_channel_destroy(SiblingChannel.stand_in(1, 5, local))  # the source's close, replicated
+    assert sorted(copy_routes.snapshot().broker_addr_table) == ["broker-b"]
+
+
+def test_a_memory_only_view_changes_the_shared_table_and_never_the_file(tmp_path) -> None:
+    kv = KVConfigManager(tmp_path / "kv.json")
+    replica = kv.memory_only()
+    replica.put("NS", "k", "v")
+    assert kv.get("NS", "k") == "v" and not kv.path.exists()
+    kv.put("NS", "k2", "v2")
+    replica.delete("NS", "k")
+    assert json.loads(kv.path.read_text()) == {"configTable": {"NS": {"k": "v", "k2": "v2"}}}
+    assert kv.export_table() == {"NS": {"k2": "v2"}}
