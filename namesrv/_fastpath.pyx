@@ -14,6 +14,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t, uint64_t
+from libc.stdio cimport snprintf
 from libc.string cimport memcmp, memcpy, strlen
 
 
@@ -1026,6 +1027,108 @@ def scan_json(data, tuple table_path not None):
         return None
     finally:
         PyBuffer_Release(&view)
+
+
+# ---------------------------------------------------------------------------------------------
+# The reactor's per-frame answers (namesrv.processor.seen_headers): a repeat header's key and
+# opaque, and a response frame stamped from its pre-encoded header halves.
+# ---------------------------------------------------------------------------------------------
+
+cdef const char *_OPAQUE_KEY = b'"opaque":'
+cdef enum:
+    OPAQUE_KEY_LEN = 9
+
+
+cdef object _canonical_int32(const unsigned char *p, Py_ssize_t length):
+    """The int a JSON integer written as `b"%d"` writes it has, within int32; else None."""
+    cdef Py_ssize_t i = 0
+    cdef long long value = 0
+    cdef bint negative = length > 0 and p[0] == 45
+    if negative:
+        i = 1
+    if length - i < 1 or length - i > 10 or (p[i] == 48 and length - i > 1):
+        return None
+    while i < length:
+        if p[i] < 48 or p[i] > 57:
+            return None
+        value = value * 10 + (p[i] - 48)
+        i += 1
+    if negative:
+        if value == 0:
+            return None  # "-0" is not how %d writes 0
+        value = -value
+    if value < -2147483648 or value > 2147483647:
+        return None
+    return PyLong_FromLongLong(value)
+
+
+def json_opaque_key(header):
+    """See `namesrv._purepath.json_opaque_key`."""
+    cdef Py_buffer view
+    cdef const unsigned char *p
+    cdef Py_ssize_t size, at = -1, i, comma = -1, value_at
+    cdef bytes key
+    PyObject_GetBuffer(header, &view, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char *>view.buf
+        size = view.len
+        i = 0
+        while i + OPAQUE_KEY_LEN <= size:
+            if p[i] == 34 and memcmp(p + i, _OPAQUE_KEY, OPAQUE_KEY_LEN) == 0:
+                at = i
+                break
+            i += 1
+        if at < 0:
+            return None
+        i = at + OPAQUE_KEY_LEN
+        while i < size:
+            if p[i] == 44:
+                comma = i
+                break
+            i += 1
+        if comma < 0:
+            return None
+        value_at = at + OPAQUE_KEY_LEN
+        key = PyBytes_FromStringAndSize(NULL, size - (comma - value_at))
+        memcpy(PyBytes_AS_STRING(key), p, value_at)
+        memcpy(PyBytes_AS_STRING(key) + value_at, p + comma, size - comma)
+        return key, _canonical_int32(p + value_at, comma - value_at)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def stamp_frame(bytes head not None, bytes tail not None, int opaque, body, int serialize_field, bint binary):
+    """See `namesrv._purepath.stamp_frame`."""
+    cdef char digits[16]
+    cdef Py_ssize_t digits_len, header_len, body_len = 0, total
+    cdef Py_buffer view
+    cdef bint has_body = body is not None
+    cdef unsigned char *out
+    cdef bytes frame
+    if binary:
+        digits_len = 4
+        _write_i32(<unsigned char *>digits, <int32_t>opaque)
+    else:
+        digits_len = snprintf(digits, sizeof(digits), "%d", opaque)
+    if has_body:
+        PyObject_GetBuffer(body, &view, PyBUF_SIMPLE)
+        body_len = view.len
+    try:
+        header_len = len(head) + digits_len + len(tail)
+        total = 4 + header_len + body_len
+        frame = PyBytes_FromStringAndSize(NULL, 4 + total)
+        out = <unsigned char *>PyBytes_AS_STRING(frame)
+        out = _write_i32(out, <int32_t>total)
+        out = _write_i32(out, <int32_t>(serialize_field | header_len))
+        out = _write_bytes(out, PyBytes_AS_STRING(head), len(head))
+        out = _write_bytes(out, digits, digits_len)
+        out = _write_bytes(out, PyBytes_AS_STRING(tail), len(tail))
+        if has_body:
+            _write_bytes(out, <const char *>view.buf, body_len)
+    finally:
+        if has_body:
+            PyBuffer_Release(&view)
+    return frame
 
 
 # Imported last on purpose: namesrv.protocol's __init__ imports namesrv.fastpath, which imports

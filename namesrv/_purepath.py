@@ -221,6 +221,47 @@ def scan_json(data: bytes | bytearray | memoryview, table_path: tuple[str, ...])
     return obj
 
 
+_OPAQUE_KEY = b'"opaque":'
+_PREFIX = struct.Struct(">ii")
+
+
+def _canonical_int32(digits: bytes) -> int | None:
+    """The value of a JSON integer as `b"%d"` writes it (no sign but '-', no leading zero), in int32 range."""
+    if digits.isdigit() and len(digits) <= 10 and (digits[0] != 48 or len(digits) == 1):
+        value = int(digits)
+        return value if value <= _INT32_MAX else None
+    if digits[:1] == b"-" and digits[1:].isdigit() and len(digits) <= 11 and digits[1] != 48:
+        value = int(digits)
+        return value if value >= _INT32_MIN else None
+    return None
+
+
+def json_opaque_key(header: bytes) -> tuple[bytes, int | None] | None:
+    """(the header without the value of its first `"opaque":` key, that value if written as
+    `b"%d"` writes an int32 else None); None when there is no such key or no comma ends its value.
+    Two headers with one `"opaque":` each and the same key differ in their opaque only: the key a
+    repeat is remembered by (namesrv.processor.seen_headers)."""
+    head, found, rest = header.partition(_OPAQUE_KEY)
+    if not found:
+        return None
+    digits, comma, tail = rest.partition(b",")
+    if not comma:
+        return None
+    return head + found + comma + tail, _canonical_int32(digits)
+
+
+def stamp_frame(head: bytes, tail: bytes, opaque: int, body: bytes | None, serialize_field: int,
+                binary: bool) -> bytes:
+    """A whole response frame, length prefix included, from its header's halves around the opaque
+    (four bytes when `binary`, else its decimal digits) and its body; `serialize_field` is the
+    serialize type already shifted into the header-length field's top byte."""
+    stamp = _INT32.pack(opaque) if binary else b"%d" % opaque
+    header_length = len(head) + len(stamp) + len(tail)
+    body = body or b""
+    return b"".join((_PREFIX.pack(4 + header_length + len(body), serialize_field | header_length),
+                     head, stamp, tail, body))
+
+
 # Imported last on purpose: namesrv.protocol's __init__ imports namesrv.fastpath, which imports
 # this module; binding the functions first lets `import namesrv._purepath` come first too.
 from namesrv.protocol.errors import ProtocolError  # noqa: E402

@@ -491,3 +491,47 @@ def test_split_agrees_on_any_bytes(data, limit, wrap):
 @given(st.one_of(st.none(), st.binary(max_size=300)))
 def test_crc_agrees(data):
     assert _fastpath.body_crc32(data) == _purepath.body_crc32(data)
+
+
+# ---- the reactor's per-frame helpers: a repeat header's key and opaque, a stamped response frame
+
+@pytest.mark.parametrize(("header", "expected"), [
+    (b'{"code":105,"opaque":123,"flag":0}', (b'{"code":105,"opaque":,"flag":0}', 123)),
+    (b'{"opaque":-2147483648,"x":1}', (b'{"opaque":,"x":1}', -2 ** 31)),
+    (b'{"opaque":2147483647,}', (b'{"opaque":,}', 2 ** 31 - 1)),
+    (b'{"opaque":2147483648,}', (b'{"opaque":,}', None)),  # beyond int32
+    (b'{"opaque":007,}', (b'{"opaque":,}', None)),  # not how %d writes 7
+    (b'{"opaque":-0,}', (b'{"opaque":,}', None)),
+    (b'{"opaque": 5,}', (b'{"opaque":,}', None)),  # whitespace: not %d either
+    (b'{"opaque":,}', (b'{"opaque":,}', None)),
+    (b'{"opaque":5}', None),  # no comma: the opaque is the last field
+    (b'{"code":105}', None),
+    (b"", None),
+])
+def test_json_opaque_key(impl, header, expected):
+    assert impl.json_opaque_key(header) == expected
+
+
+@settings(max_examples=500, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(header=st.one_of(st.binary(max_size=80),
+                        st.builds(lambda a, n, b: a + b'"opaque":' + n + b, st.binary(max_size=30),
+                                  st.one_of(st.integers(-2 ** 40, 2 ** 40).map(lambda i: b"%d" % i),
+                                            st.binary(max_size=12)),
+                                  st.binary(max_size=30))))
+def test_json_opaque_key_implementations_agree(header):
+    if _fastpath is not None:
+        assert _fastpath.json_opaque_key(header) == _purepath.json_opaque_key(header)
+
+
+@settings(max_examples=300)
+@given(head=st.binary(max_size=64), tail=st.binary(max_size=64), opaque=st.integers(-2 ** 31, 2 ** 31 - 1),
+       body=st.one_of(st.none(), st.binary(max_size=256)), serialize_type=st.sampled_from([0, 1]))
+def test_stamp_frame_is_what_remotingcommand_would_frame(head, tail, opaque, body, serialize_type):
+    binary = serialize_type == SerializeType.ROCKETMQ
+    stamp = opaque.to_bytes(4, "big", signed=True) if binary else b"%d" % opaque
+    header = head + stamp + tail
+    expected = ((4 + len(header) + len(body or b"")).to_bytes(4, "big")
+                + ((serialize_type << 24) | len(header)).to_bytes(4, "big") + header + (body or b""))
+    for module in (_purepath, _fastpath):
+        if module is not None:
+            assert module.stamp_frame(head, tail, opaque, body, serialize_type << 24, binary) == expected

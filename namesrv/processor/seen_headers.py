@@ -12,12 +12,12 @@ import struct
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from namesrv import fastpath
 from namesrv.protocol.codes import SerializeType
 from namesrv.protocol.command import RemotingCommand
 
 T = TypeVar("T")
 
-PREFIX = struct.Struct(">ii")  # totalLength, serializeType << 24 | headerLength
 INT32 = struct.Struct(">i")
 JSON_FIELD = int(SerializeType.JSON) << 24
 ROCKETMQ_FIELD = int(SerializeType.ROCKETMQ) << 24
@@ -25,20 +25,8 @@ HEADER_LENGTH_MASK = 0xFFFFFF
 _SENTINEL = 2_059_198_193  # an opaque whose digits appear nowhere else in a header
 _BINARY_OPAQUE_AT = 5  # code (2) + language (1) + version (2)
 _OPAQUE_KEY = b'"opaque":'
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 #: Bound of the remembered headers (peers x distinct requests; cleared when full).
 SEEN_HEADERS = 16384
-
-
-def _canonical_int32(digits: bytes) -> int | None:
-    """The value of a JSON integer as `b"%d"` writes it (no sign but '-', no leading zero), in int32 range."""
-    if digits.isdigit() and len(digits) <= 10 and (digits[0] != 48 or len(digits) == 1):
-        value = int(digits)
-        return value if value <= _INT32_MAX else None
-    if digits[:1] == b"-" and digits[1:].isdigit() and len(digits) <= 11 and digits[1] != 48:
-        value = int(digits)
-        return value if value >= _INT32_MIN else None
-    return None
 
 
 class SeenHeaders(Generic[T]):
@@ -53,28 +41,20 @@ class SeenHeaders(Generic[T]):
     def __init__(self, parse: Callable[[int, bytes], tuple[int, T] | None], bound: int = SEEN_HEADERS) -> None:
         self._parse = parse
         self._bound = bound
-        self._json: dict[tuple[bytes, bytes], T] = {}
+        self._json: dict[bytes, T] = {}
         self._binary: dict[bytes, T] = {}
 
     def read(self, serialize_field: int, header: bytes) -> tuple[int, T] | None:
-        if serialize_field == JSON_FIELD:
-            return self._read_json(header)
-        if serialize_field == ROCKETMQ_FIELD:
-            return self._read_binary(header)
-        return None
-
-    def _read_json(self, header: bytes) -> tuple[int, T] | None:
-        head, _, rest = header.partition(_OPAQUE_KEY)
-        digits, comma, tail = rest.partition(b",")
-        if comma:
-            known = self._json.get((head, tail), self)
+        if serialize_field != JSON_FIELD:
+            return self._read_binary(header) if serialize_field == ROCKETMQ_FIELD else None
+        split = fastpath.json_opaque_key(header)
+        if split is not None and split[1] is not None:
+            known = self._json.get(split[0], self)
             if known is not self:
-                opaque = _canonical_int32(digits)
-                if opaque is not None:
-                    return opaque, known
+                return split[1], known
         parsed = self._parse(JSON_FIELD, header)
-        if parsed is not None and comma and digits == b"%d" % parsed[0] and header.count(_OPAQUE_KEY) == 1:
-            self._remember(self._json, (head, tail), parsed[1])
+        if parsed is not None and split is not None and split[1] == parsed[0] and header.count(_OPAQUE_KEY) == 1:
+            self._remember(self._json, split[0], parsed[1])
         return parsed
 
     def _read_binary(self, header: bytes) -> tuple[int, T] | None:
@@ -120,9 +100,6 @@ class OpaqueTemplate:
             self._head, self._tail = header[:at], header[at + len(str(_SENTINEL)):]
 
     def frame(self, opaque: int, body: bytes | None) -> bytes:
-        """The whole response frame, length prefix included, as `RemotingCommand.encode` writes it."""
-        stamp = INT32.pack(opaque) if self._binary else b"%d" % opaque
-        header_length = len(self._head) + len(stamp) + len(self._tail)
-        body = body or b""
-        return b"".join((PREFIX.pack(4 + header_length + len(body), self._serialize_field | header_length),
-                         self._head, stamp, self._tail, body))
+        """The whole response frame (an int32 opaque), length prefix included, as
+        `RemotingCommand.encode` writes it."""
+        return fastpath.stamp_frame(self._head, self._tail, opaque, body, self._serialize_field, self._binary)
