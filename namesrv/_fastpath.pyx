@@ -8,7 +8,7 @@ without a copy; every length is checked against the buffer before a byte is read
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.dict cimport PyDict_Next
+from cpython.dict cimport PyDict_GetItem, PyDict_Next
 from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject
@@ -1062,47 +1062,46 @@ cdef object _canonical_int32(const unsigned char *p, Py_ssize_t length):
     return PyLong_FromLongLong(value)
 
 
+cdef object _opaque_key(const unsigned char *p, Py_ssize_t size):
+    """`json_opaque_key` of the header at p[:size]."""
+    cdef Py_ssize_t at = -1, i = 0, comma = -1, value_at
+    cdef bytes key
+    while i + OPAQUE_KEY_LEN <= size:
+        if p[i] == 34 and memcmp(p + i, _OPAQUE_KEY, OPAQUE_KEY_LEN) == 0:
+            at = i
+            break
+        i += 1
+    if at < 0:
+        return None
+    value_at = at + OPAQUE_KEY_LEN
+    i = value_at
+    while i < size:
+        if p[i] == 44:
+            comma = i
+            break
+        i += 1
+    if comma < 0:
+        return None
+    key = PyBytes_FromStringAndSize(NULL, size - (comma - value_at))
+    memcpy(PyBytes_AS_STRING(key), p, value_at)
+    memcpy(PyBytes_AS_STRING(key) + value_at, p + comma, size - comma)
+    return key, _canonical_int32(p + value_at, comma - value_at)
+
+
 def json_opaque_key(header):
     """See `namesrv._purepath.json_opaque_key`."""
     cdef Py_buffer view
-    cdef const unsigned char *p
-    cdef Py_ssize_t size, at = -1, i, comma = -1, value_at
-    cdef bytes key
     PyObject_GetBuffer(header, &view, PyBUF_SIMPLE)
     try:
-        p = <const unsigned char *>view.buf
-        size = view.len
-        i = 0
-        while i + OPAQUE_KEY_LEN <= size:
-            if p[i] == 34 and memcmp(p + i, _OPAQUE_KEY, OPAQUE_KEY_LEN) == 0:
-                at = i
-                break
-            i += 1
-        if at < 0:
-            return None
-        i = at + OPAQUE_KEY_LEN
-        while i < size:
-            if p[i] == 44:
-                comma = i
-                break
-            i += 1
-        if comma < 0:
-            return None
-        value_at = at + OPAQUE_KEY_LEN
-        key = PyBytes_FromStringAndSize(NULL, size - (comma - value_at))
-        memcpy(PyBytes_AS_STRING(key), p, value_at)
-        memcpy(PyBytes_AS_STRING(key) + value_at, p + comma, size - comma)
-        return key, _canonical_int32(p + value_at, comma - value_at)
+        return _opaque_key(<const unsigned char *>view.buf, view.len)
     finally:
         PyBuffer_Release(&view)
 
 
-def stamp_frame(bytes head not None, bytes tail not None, int opaque, body, int serialize_field, bint binary):
-    """See `namesrv._purepath.stamp_frame`."""
+cdef bytes _stamp(bytes head, bytes tail, int opaque, const char *body, Py_ssize_t body_len, int serialize_field,
+                  bint binary):
     cdef char digits[16]
-    cdef Py_ssize_t digits_len, header_len, body_len = 0, total
-    cdef Py_buffer view
-    cdef bint has_body = body is not None
+    cdef Py_ssize_t digits_len, header_len, total
     cdef unsigned char *out
     cdef bytes frame
     if binary:
@@ -1110,25 +1109,60 @@ def stamp_frame(bytes head not None, bytes tail not None, int opaque, body, int 
         _write_i32(<unsigned char *>digits, <int32_t>opaque)
     else:
         digits_len = snprintf(digits, sizeof(digits), "%d", opaque)
-    if has_body:
-        PyObject_GetBuffer(body, &view, PyBUF_SIMPLE)
-        body_len = view.len
-    try:
-        header_len = len(head) + digits_len + len(tail)
-        total = 4 + header_len + body_len
-        frame = PyBytes_FromStringAndSize(NULL, 4 + total)
-        out = <unsigned char *>PyBytes_AS_STRING(frame)
-        out = _write_i32(out, <int32_t>total)
-        out = _write_i32(out, <int32_t>(serialize_field | header_len))
-        out = _write_bytes(out, PyBytes_AS_STRING(head), len(head))
-        out = _write_bytes(out, digits, digits_len)
-        out = _write_bytes(out, PyBytes_AS_STRING(tail), len(tail))
-        if has_body:
-            _write_bytes(out, <const char *>view.buf, body_len)
-    finally:
-        if has_body:
-            PyBuffer_Release(&view)
+    header_len = len(head) + digits_len + len(tail)
+    total = 4 + header_len + body_len
+    frame = PyBytes_FromStringAndSize(NULL, 4 + total)
+    out = <unsigned char *>PyBytes_AS_STRING(frame)
+    out = _write_i32(out, <int32_t>total)
+    out = _write_i32(out, <int32_t>(serialize_field | header_len))
+    out = _write_bytes(out, PyBytes_AS_STRING(head), len(head))
+    out = _write_bytes(out, digits, digits_len)
+    out = _write_bytes(out, PyBytes_AS_STRING(tail), len(tail))
+    _write_bytes(out, body, body_len)
     return frame
+
+
+def stamp_frame(bytes head not None, bytes tail not None, int opaque, body, int serialize_field, bint binary):
+    """See `namesrv._purepath.stamp_frame`."""
+    cdef Py_buffer view
+    if body is None:
+        return _stamp(head, tail, opaque, NULL, 0, serialize_field, binary)
+    PyObject_GetBuffer(body, &view, PyBUF_SIMPLE)
+    try:
+        return _stamp(head, tail, opaque, <const char *>view.buf, view.len, serialize_field, binary)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def route_hits(list frames not None, dict seen not None, query_type, lookup, bytes head not None,
+               bytes tail not None):
+    """See `namesrv._purepath.route_hits`."""
+    cdef list replies = [], rest = []
+    cdef const unsigned char *p
+    cdef Py_ssize_t size
+    cdef int32_t field
+    cdef PyObject *query
+    cdef object split, body
+    for frame in frames:
+        if type(frame) is not bytes:
+            rest.append(frame)
+            continue
+        p = <const unsigned char *>PyBytes_AS_STRING(frame)
+        size = len(<bytes>frame)
+        if size >= 4:
+            field = _read_i32(p)
+            if field >= 0 and 4 + (field & 0xFFFFFF) <= size:  # a JSON header within the frame
+                split = _opaque_key(p + 4, field & 0xFFFFFF)
+                if split is not None and (<tuple>split)[1] is not None:
+                    query = PyDict_GetItem(seen, (<tuple>split)[0])
+                    if query is not NULL and type(<object>query) is query_type:
+                        body = lookup(<object>query)
+                        if type(body) is bytes:
+                            replies.append(_stamp(head, tail, (<tuple>split)[1], PyBytes_AS_STRING(body),
+                                                  len(<bytes>body), 0, False))
+                            continue
+        rest.append(frame)
+    return replies, rest
 
 
 # Imported last on purpose: namesrv.protocol's __init__ imports namesrv.fastpath, which imports

@@ -262,6 +262,33 @@ def stamp_frame(head: bytes, tail: bytes, opaque: int, body: bytes | None, seria
                      head, stamp, tail, body))
 
 
+
+def route_hits(frames: list[bytes], seen: dict, query_type: type, lookup: Callable[[object], bytes | None],
+               head: bytes, tail: bytes) -> tuple[list[bytes], list[bytes]]:
+    """The reactor's commonest answers in one call per received chunk: (answers, the other frames).
+
+    A frame is answered when its header is JSON, `json_opaque_key` finds its key in `seen` with a
+    `query_type` value and an int32 opaque, and `lookup(value)` has a body: the answer is that body
+    behind the JSON header halves `head`/`tail` stamped with the opaque. Every other frame is
+    returned, in order, for the one-frame-at-a-time path (namesrv.processor.inline).
+    """
+    replies, rest = [], []
+    for frame in frames:
+        if type(frame) is bytes and len(frame) >= 4:
+            field = _INT32.unpack_from(frame)[0]
+            if field >= 0 and 4 + (field & 0xFFFFFF) <= len(frame):
+                split = json_opaque_key(frame[4:4 + (field & 0xFFFFFF)])
+                if split is not None and split[1] is not None:
+                    query = seen.get(split[0])
+                    if type(query) is query_type:
+                        body = lookup(query)
+                        if type(body) is bytes:
+                            replies.append(stamp_frame(head, tail, split[1], body, 0, False))
+                            continue
+        rest.append(frame)
+    return replies, rest
+
+
 # Imported last on purpose: namesrv.protocol's __init__ imports namesrv.fastpath, which imports
 # this module; binding the functions first lets `import namesrv._purepath` come first too.
 from namesrv.protocol.errors import ProtocolError  # noqa: E402

@@ -114,7 +114,7 @@ class NamesrvController:
         self.outbox = Outbox()
         self.dispatcher = RequestDispatcher(config, self.processor, self.outbox,
                                             route_query_codes=ROUTE_QUERY_CODES, supported_codes=SUPPORTED_CODES,
-                                            answer_inline=self.processor.inline.answer,
+                                            answer_inline=self.processor.inline.answer_all,
                                             replicator=replicator, write_codes=WRITE_CODES)
         self.reactor = Reactor(config, self.dispatcher, self.outbox,
                                self.routes.on_channel_destroy if replicator is None else self._channel_closed)

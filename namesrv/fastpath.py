@@ -10,20 +10,23 @@ import os
 
 if os.environ.get("NAMESRV_PURE_PYTHON") == "1":
     from namesrv._purepath import (body_crc32, decode_binary_header, encode_binary_header, json_opaque_key,
-                                   queue_fields, scan_json, split_frames, stamp_frame)
+                                   queue_fields, route_hits, scan_json, split_frames,
+                                   stamp_frame)
 
     IMPLEMENTATION = "python"
 else:
     try:
         from namesrv._fastpath import (body_crc32, decode_binary_header, encode_binary_header, json_opaque_key,
-                                       queue_fields, scan_json, split_frames, stamp_frame)
+                                       queue_fields, route_hits, scan_json, split_frames,
+                                       stamp_frame)
 
         IMPLEMENTATION = "cython"
     except ImportError:  # extension not built: same functions, same results, slower
         from namesrv._purepath import (body_crc32, decode_binary_header, encode_binary_header, json_opaque_key,
-                                       queue_fields, scan_json, split_frames, stamp_frame)
+                                       queue_fields, route_hits, scan_json, split_frames,
+                                       stamp_frame)
 
         IMPLEMENTATION = "python"
 
 __all__ = ["IMPLEMENTATION", "body_crc32", "decode_binary_header", "encode_binary_header", "json_opaque_key",
-           "queue_fields", "scan_json", "split_frames", "stamp_frame"]
+           "queue_fields", "route_hits", "scan_json", "split_frames", "stamp_frame"]

@@ -535,3 +535,34 @@ def test_stamp_frame_is_what_remotingcommand_would_frame(head, tail, opaque, bod
     for module in (_purepath, _fastpath):
         if module is not None:
             assert module.stamp_frame(head, tail, opaque, body, serialize_type << 24, binary) == expected
+
+
+def _json_frame(header: bytes, body: bytes = b"") -> bytes:
+    return len(header).to_bytes(4, "big") + header + body
+
+
+@settings(max_examples=300)
+@given(opaques=st.lists(st.one_of(st.integers(-2 ** 31, 2 ** 31 - 1), st.just(2 ** 31)), min_size=1, max_size=8),
+       known=st.lists(st.booleans(), min_size=8, max_size=8), garbage=st.lists(st.binary(max_size=12), max_size=3))
+def test_route_hits_implementations_agree(opaques, known, garbage):
+    """Frames whose remembered header holds a `str` query (a stand-in type) and whose lookup finds a body
+    are answered; remembered ones without a body, unknown ones, binary ones and garbage are returned."""
+    headers = [b'{"code":105,"extFields":{"topic":"T%d"},"opaque":%d,"flag":0}' % (i % 4, opaque)
+               for i, opaque in enumerate(opaques)]
+    seen = {}
+    for i, header in enumerate(headers):
+        key = _purepath.json_opaque_key(header)[0]
+        if known[i % 8]:
+            seen[key] = f"T{i % 4}"
+    frames = [_json_frame(header, b"ignored body") for header in headers] + garbage + [REQUEST_FRAME[4:]]
+
+    def lookup(topic: str) -> bytes | None:
+        return None if topic == "T3" else topic.encode() * 3
+
+    expected = _purepath.route_hits(frames, seen, str, lookup, b'{"code":0,"opaque":', b',"flag":1}')
+    replies, rest = expected
+    assert len(replies) + len(rest) == len(frames)
+    for reply in replies:
+        assert reply.endswith((b"T0T0T0", b"T1T1T1", b"T2T2T2"))
+    if _fastpath is not None:
+        assert _fastpath.route_hits(frames, seen, str, lookup, b'{"code":0,"opaque":', b',"flag":1}') == expected

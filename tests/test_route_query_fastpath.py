@@ -218,3 +218,21 @@ def test_an_opaque_key_inside_ext_fields_is_never_mistaken_for_the_opaque(server
     for opaque in (5, 6):
         frame = query("TopicA", extra={"opaque": "1"}, opaque=opaque)
         assert server.answer(frame) == server.regular(frame)
+
+
+@pytest.mark.usefixtures("each_fastpath")
+def test_a_chunk_is_answered_as_its_frames_are_one_by_one(server):
+    """`answer_all` (one `route_hits` call for the chunk, then the rest one by one) answers what
+    `answer` answers frame by frame, and hands back the rest decoded."""
+    frames = [query(topic, serialize_type=serialize_type, opaque=opaque)
+              for opaque, (topic, serialize_type) in enumerate(
+                  [(t, s) for t in (*TOPICS, "NoSuchTopic") for s in (SerializeType.JSON, SerializeType.ROCKETMQ)] * 3)]
+    frames.append(frame_of(RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, {"clusterName": "c1"}, opaque=99)))
+    for frame in frames:
+        server.regular(frame)  # fills the route cache
+    for _ in range(2):  # the first pass reads the headers, the second finds them remembered
+        replies, commands = server.processor.inline.answer_all(list(frames), CLIENT)
+        one_by_one = [server.answer(frame) for frame in frames]
+        assert sorted(replies) == sorted(reply for reply in one_by_one if reply is not None)
+        assert commands == [RemotingCommand.decode(frame) for frame, reply in zip(frames, one_by_one) if reply is None]
+        assert len(replies) == 3 * 2 * len(TOPICS)

@@ -55,6 +55,30 @@ class InlineAnswers:
         self.registrations = RegistrationFastPath(ctx, replicate)
         self._seen: SeenHeaders[Inline] = SeenHeaders(_read_header)
 
+    def answer_all(self, frames: list[bytes], channel: Channel) -> tuple[list[bytes], list[RemotingCommand]]:
+        """The frames of one received chunk: (answers, the requests to dispatch, decoded).
+
+        Route queries answered from the cache with JSON headers seen before, most of the traffic,
+        are answered by one `fastpath.route_hits` call for the whole chunk; the other frames go
+        through `answer` one by one.
+        """
+        routes = self.route_queries
+        if routes.serving():
+            replies, frames = fastpath.route_hits(frames, self._seen.json, RouteQuery, routes.cached_body,
+                                                  routes.json.head, routes.json.tail)
+        else:
+            replies = []
+        commands: list[RemotingCommand] = []
+        for frame in frames:
+            reply = self.answer(frame, channel)
+            if reply is None:
+                commands.append(RemotingCommand.decode(frame))
+            elif type(reply) is bytes:
+                replies.append(reply)
+            else:
+                commands.append(reply)  # decoded here, left to the regular path
+        return replies, commands
+
     def answer(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand | None:
         """`frame` as split_frames yields it (no length prefix). A registration that is not answered
         here is handed back decoded, its body's CRC32 computed: the regular path needs neither again."""

@@ -77,19 +77,30 @@ class RouteQueryFastPath:
     def __init__(self, ctx: HandlerContext) -> None:
         self._ctx = ctx
         self._cached_route = ctx.routes.cached_topic_route_body
-        self._json = _success(SerializeType.JSON)
+        #: The JSON answer's header template (its halves are `fastpath.route_hits`'s too).
+        self.json = _success(SerializeType.JSON)
         self._binary = _success(SerializeType.ROCKETMQ)
 
     def answer(self, serialize_field: int, opaque: int, query: RouteQuery) -> bytes | None:
-        ctx = self._ctx
-        config = ctx.config
-        if config.need_wait_for_service and ctx.clock() - ctx.started_ms < config.wait_seconds_for_service * 1000:
-            return None  # the regular path answers "name server not ready"
-        body = self._cached_route(query.topic, query.standard, ctx.kv.get(ORDER_TOPIC_CONFIG, query.topic)
-                                  if config.order_message_enable else None)
+        if not self.serving():
+            return None
+        body = self.cached_body(query)
         if body is None:
             return None
-        return (self._json if serialize_field == JSON_FIELD else self._binary).frame(opaque, body)
+        return (self.json if serialize_field == JSON_FIELD else self._binary).frame(opaque, body)
+
+    def serving(self) -> bool:
+        """False inside the needWaitForService window (the regular path answers "name server not ready")."""
+        ctx = self._ctx
+        config = ctx.config
+        return not (config.need_wait_for_service
+                    and ctx.clock() - ctx.started_ms < config.wait_seconds_for_service * 1000)
+
+    def cached_body(self, query: RouteQuery) -> bytes | None:
+        """The route body the query is answered with, if it is cached."""
+        ctx = self._ctx
+        return self._cached_route(query.topic, query.standard, ctx.kv.get(ORDER_TOPIC_CONFIG, query.topic)
+                                  if ctx.config.order_message_enable else None)
 
 
 def _success(serialize_type: int) -> OpaqueTemplate:

@@ -41,7 +41,8 @@ class SeenHeaders(Generic[T]):
     def __init__(self, parse: Callable[[int, bytes], tuple[int, T] | None], bound: int = SEEN_HEADERS) -> None:
         self._parse = parse
         self._bound = bound
-        self._json: dict[bytes, T] = {}
+        #: JSON headers by `fastpath.json_opaque_key` (read by `fastpath.route_hits` too).
+        self.json: dict[bytes, T] = {}
         self._binary: dict[bytes, T] = {}
 
     def read(self, serialize_field: int, header: bytes) -> tuple[int, T] | None:
@@ -49,12 +50,12 @@ class SeenHeaders(Generic[T]):
             return self._read_binary(header) if serialize_field == ROCKETMQ_FIELD else None
         split = fastpath.json_opaque_key(header)
         if split is not None and split[1] is not None:
-            known = self._json.get(split[0], self)
+            known = self.json.get(split[0], self)
             if known is not self:
                 return split[1], known
         parsed = self._parse(JSON_FIELD, header)
         if parsed is not None and split is not None and split[1] == parsed[0] and header.count(_OPAQUE_KEY) == 1:
-            self._remember(self._json, split[0], parsed[1])
+            self._remember(self.json, split[0], parsed[1])
         return parsed
 
     def _read_binary(self, header: bytes) -> tuple[int, T] | None:
@@ -78,7 +79,7 @@ class SeenHeaders(Generic[T]):
 class OpaqueTemplate:
     """A response's encoded header split around its opaque: `frame(opaque, body)` writes the whole frame."""
 
-    __slots__ = ("_serialize_field", "_head", "_tail", "_binary")
+    __slots__ = ("_serialize_field", "head", "tail", "_binary")
 
     def __init__(self, response: RemotingCommand) -> None:
         """`response`: the answer as the regular path would build it, with any opaque."""
@@ -93,13 +94,13 @@ class OpaqueTemplate:
         if self._binary:
             at = _BINARY_OPAQUE_AT
             assert header[at:at + 4] == INT32.pack(_SENTINEL)
-            self._head, self._tail = header[:at], header[at + 4:]
+            self.head, self.tail = header[:at], header[at + 4:]
         else:
             marker = b'"opaque":%d' % _SENTINEL
             at = header.index(marker) + len(_OPAQUE_KEY)
-            self._head, self._tail = header[:at], header[at + len(str(_SENTINEL)):]
+            self.head, self.tail = header[:at], header[at + len(str(_SENTINEL)):]
 
     def frame(self, opaque: int, body: bytes | None) -> bytes:
         """The whole response frame (an int32 opaque), length prefix included, as
         `RemotingCommand.encode` writes it."""
-        return fastpath.stamp_frame(self._head, self._tail, opaque, body, self._serialize_field, self._binary)
+        return fastpath.stamp_frame(self.head, self.tail, opaque, body, self._serialize_field, self._binary)

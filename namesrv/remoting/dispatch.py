@@ -52,11 +52,11 @@ class RequestDispatcher:
     def __init__(self, config: NamesrvConfig, processor: Processor, outbox: Outbox, *,
                  route_query_codes: Iterable[int], supported_codes: Iterable[int],
                  replicator: Replicator | None = None, write_codes: Iterable[int] = (),
-                 answer_inline: Callable[[bytes, Channel], bytes | RemotingCommand | None] | None = None) -> None:
+                 answer_inline: Callable[[list[bytes], Channel], tuple[list[bytes], list[RemotingCommand]]] | None = None) -> None:
         self._processor = processor
-        #: Answers the reactor may give itself, no executor involved: a raw frame (no length prefix)
-        #: and its connection in, the whole response frame out, or the request to dispatch (decoded,
-        #: or None: decode it) (namesrv.processor.inline).
+        #: Answers the reactor may give itself, no executor involved: the raw frames of one chunk (no
+        #: length prefix) and their connection in; (whole response frames, the requests to dispatch,
+        #: decoded) out (namesrv.processor.inline).
         self.answer_inline = answer_inline
         #: Where applied `write_codes` requests are published to sibling worker processes (namesrv.workers).
         self._replicator = replicator

@@ -224,7 +224,7 @@ class StreamEndpoint(Endpoint):
 
     def __init__(self, sock: zmq.Socket, max_backlog_bytes: int, on_closed: Callable[[Channel], None],
                  max_frame_length: int, *, max_connections: int = 0,
-                 answer_inline: Callable[[bytes, Channel], bytes | RemotingCommand | None] | None = None) -> None:
+                 answer_inline: Callable[[list[bytes], Channel], tuple[list[bytes], list[RemotingCommand]]] | None = None) -> None:
         super().__init__(sock, max_backlog_bytes, on_closed, max_connections=max_connections)
         self._max_frame_length = max_frame_length
         self._answer_inline = answer_inline
@@ -255,17 +255,8 @@ class StreamEndpoint(Endpoint):
         answer = self._answer_inline
         if answer is None:
             return [decode(frame) for frame in conn.decoder.feed(message)]
-        commands: list[RemotingCommand] = []
-        replies: list[bytes] = []
         channel = conn.channel
-        for frame in conn.decoder.feed(message):
-            reply = answer(frame, channel)
-            if reply is None:
-                commands.append(decode(frame))
-            elif type(reply) is bytes:
-                replies.append(reply)
-            else:
-                commands.append(reply)  # decoded by the inline path, left to the regular one
+        replies, commands = answer(conn.decoder.feed(message), channel)
         if replies:
             self.send(channel.ident, replies, conn.last_active)
         return commands
