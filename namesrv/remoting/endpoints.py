@@ -251,10 +251,9 @@ class StreamEndpoint(Endpoint):
 
     def _decode(self, conn: Connection, message: bytes) -> list[RemotingCommand]:
         """Frames `answer_inline` answers are answered here and now (once the whole message decoded)."""
-        decode = RemotingCommand.decode
         answer = self._answer_inline
         if answer is None:
-            return [decode(frame) for frame in conn.decoder.feed(message)]
+            return [RemotingCommand.decode(frame) for frame in conn.decoder.feed(message)]
         channel = conn.channel
         replies, commands = answer(conn.decoder.feed(message), channel)
         if replies:
