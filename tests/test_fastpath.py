@@ -17,21 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fastpath_cases import IMPLEMENTATIONS, _fastpath, needs_extension
 import namesrv.fastpath
 from namesrv import _purepath
 from namesrv.protocol import FrameDecoder, ProtocolError, RemotingCommand, SerializeType
 
-try:
-    from namesrv import _fastpath
-except ImportError:  # extension not built in this checkout
-    _fastpath = None
-
-NOT_BUILT = "namesrv._fastpath is not built (run: python setup.py build_ext --inplace)"
-needs_extension = pytest.mark.skipif(_fastpath is None, reason=NOT_BUILT)
-IMPLEMENTATIONS = [
-    pytest.param(_purepath, id="python"),
-    pytest.param(_fastpath, id="cython", marks=needs_extension),
-]
 MAX_FRAME = 16 * 1024 * 1024
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,36 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fastpath_cases import ANY_VALUE, ENTRY_FIELDS, IMPLEMENTATIONS, PLAIN_ENTRY, _fastpath, needs_extension
 from namesrv import _purepath
 from namesrv.protocol import ProtocolError, RegisterBrokerBody, TopicConfig
 from namesrv.protocol.codes import Version
 from namesrv.protocol.topic import DataVersion, TopicConfigSerializeWrapper, TopicQueueTable, decode_registration
 
-try:
-    from namesrv import _fastpath
-except ImportError:  # extension not built in this checkout
-    _fastpath = None
-
-IMPLEMENTATIONS = [
-    pytest.param(_purepath, id="python"),
-    pytest.param(_fastpath, id="cython", marks=pytest.mark.skipif(_fastpath is None, reason="not built")),
-]
-INT32 = st.integers(-(2 ** 31), 2 ** 31 - 1)
-ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 40), 2 ** 40), st.text(max_size=6),
-                      st.sampled_from(["SINGLE_TAG", "MULTI_TAG", "7", "-3", "true", ""]), st.just({}), st.just([]),
-                      st.just(2 ** 31), st.just(-(2 ** 31) - 1), st.floats(allow_nan=False, width=32))
-PLAIN = st.fixed_dictionaries({
-    "topicName": st.text(min_size=1, max_size=8), "readQueueNums": INT32, "writeQueueNums": INT32, "perm": INT32,
-    "topicSysFlag": INT32, "order": st.booleans(), "topicFilterType": st.sampled_from(["SINGLE_TAG", "MULTI_TAG"]),
-    "attributes": st.one_of(st.none(), st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2)),
-})
-KEYS = ["topicName", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag", "order", "topicFilterType",
-        "attributes"]
 ENTRY = st.one_of(
-    PLAIN,
+    PLAIN_ENTRY,
     st.builds(lambda obj, replaced, removed: {**{k: v for k, v in obj.items() if k not in removed}, **replaced},
-              PLAIN, st.dictionaries(st.sampled_from(KEYS), ANY_VALUE, min_size=1, max_size=3),
-              st.sets(st.sampled_from(KEYS), max_size=2)),
+              PLAIN_ENTRY, st.dictionaries(st.sampled_from(ENTRY_FIELDS), ANY_VALUE, min_size=1, max_size=3),
+              st.sets(st.sampled_from(ENTRY_FIELDS), max_size=2)),
     ANY_VALUE,
 )
 TABLE = st.dictionaries(st.text(max_size=4), ENTRY, max_size=6)
@@ -64,7 +45,7 @@ def test_queue_fields_read_a_table_as_topic_config_does(impl, table):
     assert outcome(impl.queue_fields, table, fallback) == outcome(full_fields, table)
 
 
-@pytest.mark.skipif(_fastpath is None, reason="not built")
+@needs_extension
 @settings(max_examples=400)
 @given(table=TABLE)
 def test_both_fast_paths_agree_including_which_entries_fall_back(table):

@@ -19,25 +19,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.storm.fleet import FleetShape, register_body
-from namesrv import _purepath, fastpath
+from fastpath_cases import ENTRY_FIELDS, IMPLEMENTATIONS, INT32_MAX, INT32_MIN
+from namesrv import _purepath
 from namesrv.protocol import ProtocolError, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper, Version
 from namesrv.protocol.topic import DataVersion, TopicQueueTable, decode_registration
 
-try:
-    from namesrv import _fastpath
-except ImportError:  # extension not built in this checkout
-    _fastpath = None
-
-each_impl = pytest.mark.parametrize("impl", [
-    pytest.param(_purepath, id="python"),
-    pytest.param(_fastpath, id="cython", marks=pytest.mark.skipif(_fastpath is None, reason="not built")),
-])
+each_impl = pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 TABLE_PATH = ("topicConfigSerializeWrapper", "topicConfigTable")
 LEGACY_PATH = ("topicConfigTable",)
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FIELDS = ("topicName", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag", "order", "topicFilterType",
-          "attributes")
-INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +150,8 @@ def serialize(value: Any, style: tuple) -> bytes:
 STYLES = st.tuples(st.sampled_from(["orjson", "json-ascii", "json-utf8", "writer", "writer-ascii"]),
                    st.integers(0, 2 ** 32))
 texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=10)  # UTF-8 can carry no lone surrogate
-keys = st.one_of(texts, st.sampled_from(FIELDS + ("topicConfigTable", "topicConfigSerializeWrapper", "")))
+keys = st.one_of(texts,
+                 st.sampled_from(ENTRY_FIELDS + ("topicConfigTable", "topicConfigSerializeWrapper", "")))
 INT_EDGES = [0, -1, 1, INT32_MIN, INT32_MAX, INT32_MIN - 1, INT32_MAX + 1, -(2 ** 63), 2 ** 63 - 1, 2 ** 63,
              2 ** 64 - 1, 999_999_999, 1_000_000_000, -999_999_999]
 ints = st.one_of(st.integers(-300, 300), st.integers(INT32_MIN - 2, INT32_MAX + 2),
@@ -401,7 +392,7 @@ OTHER_VALUES = {"topicName": ("U", ""), "readQueueNums": (3, "3"), "writeQueueNu
 
 
 @each_impl
-@pytest.mark.parametrize("member", FIELDS)
+@pytest.mark.parametrize("member", ENTRY_FIELDS)
 @pytest.mark.parametrize("order", ["plain, other plain", "other plain, plain", "plain, not plain",
                                    "not plain, plain"])
 def test_a_repeated_member_counts_with_its_last_value(impl, member, order):

@@ -1,0 +1,39 @@
+"""What the fast-path tests share: both implementations as pytest parameters, and topic entries.
+
+A topic entry is one member of a registration's topicConfigTable; "plain" is what brokers send
+(every field present, of its JSON type, ints within int32), the shape the fast paths read in one go.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import strategies as st
+
+from namesrv import _purepath
+
+try:
+    from namesrv import _fastpath
+except ImportError:  # extension not built in this checkout
+    _fastpath = None
+
+NOT_BUILT = "namesrv._fastpath is not built (run: python setup.py build_ext --inplace)"
+needs_extension = pytest.mark.skipif(_fastpath is None, reason=NOT_BUILT)
+#: `pytest.mark.parametrize("impl", IMPLEMENTATIONS)`: a test over each implementation module.
+IMPLEMENTATIONS = [
+    pytest.param(_purepath, id="python"),
+    pytest.param(_fastpath, id="cython", marks=needs_extension),
+]
+
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+INT32 = st.integers(INT32_MIN, INT32_MAX)
+#: The members of a topic entry, as Java's TopicConfig writes them.
+ENTRY_FIELDS = ("topicName", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag", "order", "topicFilterType",
+                "attributes")
+#: Any JSON value a member may hold instead, near misses of the plain types included.
+ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 40), 2 ** 40), st.text(max_size=6),
+                      st.sampled_from(["SINGLE_TAG", "MULTI_TAG", "7", "-3", "true", ""]), st.just({}), st.just([]),
+                      st.just(2 ** 31), st.just(-(2 ** 31) - 1), st.floats(allow_nan=False, width=32))
+PLAIN_ENTRY = st.fixed_dictionaries({
+    "topicName": st.text(min_size=1, max_size=8), "readQueueNums": INT32, "writeQueueNums": INT32, "perm": INT32,
+    "topicSysFlag": INT32, "order": st.booleans(), "topicFilterType": st.sampled_from(["SINGLE_TAG", "MULTI_TAG"]),
+    "attributes": st.one_of(st.none(), st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2)),
+})
