@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,10 +59,26 @@ class RegistrationHeader:
                 self.version >= Version.V5_0_0)
 
 
-def same_body_as_before(stored: Hashable | None, body: bytes, crc: int) -> bool:
-    """Can `body` be the one behind `stored` (a broker's last registration fingerprint)? A cheap
-    test before the full fingerprint: most changed bodies differ in length or CRC32."""
-    return stored is not None and stored[0] == len(body) and stored[1] == crc
+    def body_intact(self, crc: int) -> bool:
+        """Is `crc` (the body's masked CRC32) the announced one? Announcing 0 skips the check."""
+        return self.body_crc32 == 0 or crc == self.body_crc32
+
+
+def refresh_if_unchanged(ctx: HandlerContext, registration: RegistrationHeader, request: RemotingCommand,
+                         channel: Channel) -> RegisterBrokerResult | None:
+    """The liveness refresh of a re-registration whose body is the broker's last one, or None.
+
+    Most changed bodies differ from the last one in length or CRC32, so those are compared before
+    the full fingerprint is computed; `RouteInfoManager.refresh_registration` decides the rest.
+    """
+    body = request.body or b""
+    crc = request.body_crc32()
+    identity = registration.identity
+    stored = ctx.routes.registration_fingerprint(identity["cluster_name"], identity["broker_addr"])
+    if stored is None or stored[0] != len(body) or stored[1] != crc:
+        return None
+    return ctx.routes.refresh_registration(body_fingerprint=registration.fingerprint(body, crc), channel=channel,
+                                           **identity)
 
 
 def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
@@ -77,17 +92,11 @@ def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Chan
     """
     registration = RegistrationHeader.read(request)
     identity = registration.identity
-    raw = request.body or b""
-    computed_crc = request.body_crc32()
-    if registration.body_crc32 != 0 and computed_crc != registration.body_crc32:
+    if not registration.body_intact(request.body_crc32()):
         log.warning("REGISTER_BROKER of %s from %s: body crc32 does not match %d", identity["broker_addr"], channel,
                     registration.body_crc32)
         return request.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
-    fingerprint = registration.fingerprint(raw, computed_crc)
-    result = None
-    if same_body_as_before(ctx.routes.registration_fingerprint(identity["cluster_name"], identity["broker_addr"]),
-                           raw, computed_crc):
-        result = ctx.routes.refresh_registration(body_fingerprint=fingerprint, channel=channel, **identity)
+    result = refresh_if_unchanged(ctx, registration, request, channel)
     if result is None:
         limit = ctx.config.max_topics_per_registration
         compressed = registration.compressed
@@ -101,6 +110,7 @@ def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Chan
         topics, filter_servers = decode_registration(request.body, compressed, request.version)
         if request.body is None and request.version >= Version.V3_0_11:
             filter_servers = []  # RocketMQ's empty RegisterBrokerBody has an empty (not null) filter-server list
+        fingerprint = registration.fingerprint(request.body or b"", request.body_crc32())
         result = ctx.routes.register_broker(wrapper=topics, filter_server_list=filter_servers,
                                             body_fingerprint=fingerprint, channel=channel, **identity)
     if result is None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from namesrv.channel import Channel
-from namesrv.processor.broker_handlers import (RegistrationHeader, order_topics_body, registration_ext_fields,
-                                               same_body_as_before)
+from namesrv.processor.broker_handlers import (RegistrationHeader, order_topics_body, refresh_if_unchanged,
+                                               registration_ext_fields)
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.seen_headers import OpaqueTemplate
 from namesrv.protocol.codes import ResponseCode
@@ -42,17 +42,9 @@ class RegistrationFastPath:
     def answer(self, registration: RegistrationHeader, request: RemotingCommand, frame: bytes,
                channel: Channel) -> bytes | None:
         """`request` is `frame` (as split_frames yields it) decoded; `registration` its header read."""
-        body = request.body or b""
-        crc = request.body_crc32()
-        if registration.body_crc32 != 0 and crc != registration.body_crc32:
+        if not registration.body_intact(request.body_crc32()):
             return None  # the regular path answers "crc32 not match"
-        identity = registration.identity
-        routes = self._ctx.routes
-        if not same_body_as_before(routes.registration_fingerprint(identity["cluster_name"],
-                                                                   identity["broker_addr"]), body, crc):
-            return None
-        result = routes.refresh_registration(body_fingerprint=registration.fingerprint(body, crc), channel=channel,
-                                             **identity)
+        result = refresh_if_unchanged(self._ctx, registration, request, channel)
         if result is None:
             return None
         if self._replicate is not None:
