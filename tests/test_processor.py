@@ -224,6 +224,7 @@ def test_register_crc_mismatch(ns):
     ("brokerId", " 1", "request header field brokerId is not a valid Long: ' 1'"),
     ("brokerId", "9223372036854775808", "request header field brokerId is not a valid Long: '9223372036854775808'"),
     ("bodyCrc32", "2147483648", "request header field bodyCrc32 is not a valid Integer: '2147483648'"),
+    ("brokerId", "1" * 40000, f"request header field brokerId is not a valid Long: {'1' * 64!r}"),  # past int()'s limit
     ("heartbeatTimeoutMillis", "10s", "request header field heartbeatTimeoutMillis is not a valid Long: '10s'"),
     ("brokerName", None, "missing request header field: brokerName"),
     ("brokerAddr", None, "missing request header field: brokerAddr"),
@@ -504,3 +505,10 @@ def test_any_request_gets_an_answer(tmp_path, code, ext, body, version):
     assert response.code in (0, 1, 16, 17, 22)
     assert (response.ext_fields is not None) == (code in RESPONSE_HEADER_CODES)
     assert RemotingCommand.decode(response.encode()[4:]).code == response.code
+
+
+def test_leading_zeros_are_not_digits_that_count(ns):
+    """Long.parseLong accepts any number of leading zeros; so does the header reader, past int()'s digit limit."""
+    header = {"brokerName": "b", "brokerAddr": "10.0.0.5:10911", "clusterName": "C", "brokerId": "0" * 40000 + "1"}
+    assert ns.call(RequestCode.REGISTER_BROKER, header).code == ResponseCode.SUCCESS
+    assert ns.routes.snapshot().broker_addr_table["b"].broker_addrs == {1: "10.0.0.5:10911"}

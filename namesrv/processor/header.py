@@ -12,6 +12,7 @@ from namesrv.protocol.command import RemotingCommand
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _RANGES = {32: ("Integer", -(2 ** 31), 2 ** 31 - 1), 64: ("Long", -(2 ** 63), 2 ** 63 - 1)}
+_MAX_DIGITS = len(str(2 ** 63))  # significant digits of the widest value in any range
 
 
 class BadRequest(Exception):
@@ -41,9 +42,15 @@ class RequestHeader:
         if value is None:
             return None
         kind, low, high = _RANGES[bits]
-        if _INTEGER.fullmatch(value) is None or not low <= int(value) <= high:
+        # Leading zeros are allowed (as Long.parseLong does) but never counted: past 19 significant
+        # digits no value is in range, and int() refuses strings past 4300 digits anyway.
+        significant = value.lstrip("+-").lstrip("0")
+        if _INTEGER.fullmatch(value) is None or len(significant) > _MAX_DIGITS:
             raise BadRequest(f"request header field {name} is not a valid {kind}: {value[:64]!r}")
-        return int(value)
+        number = -int(significant or "0") if value.startswith("-") else int(significant or "0")
+        if not low <= number <= high:
+            raise BadRequest(f"request header field {name} is not a valid {kind}: {value[:64]!r}")
+        return number
 
     def required_integer(self, name: str, bits: int = 64) -> int:
         value = self.integer(name, bits)
