@@ -3,7 +3,7 @@
 Run: `.venv/bin/python -m pytest bench/codec_bench.py -q -s` (or `make codec-bench`).
 Both implementations of each case are measured by pytest-benchmark; at the end one line per
 case gives both per-call times (the minimum over rounds, the least disturbed by other load on a
-shared machine) and `speedup: N.Nx` = python time / cython time. The scan_json cases (a
+shared machine) and `speedup: N.Nx` = python time / cython time. The scan_registration cases (a
 REGISTER_BROKER body of 100 and of 10,000 topics) also measure plain `orjson.loads` of the same
 body, the parse the scanner replaces, and give `N.Nx orjson.loads` = orjson time / cython time.
 """
@@ -57,10 +57,10 @@ def registration_body(topics: int) -> bytes:
 
 
 def scan_case(body: bytes) -> Callable:
-    return lambda impl: lambda: impl.scan_json(body, TABLE_PATH)
+    return lambda impl: lambda: impl.scan_registration(body, TABLE_PATH, None)
 
 
-BODIES = {"scan_json_100": registration_body(100), "scan_json_10000": registration_body(10_000)}
+BODIES = {"scan_registration_100": registration_body(100), "scan_registration_10000": registration_body(10_000)}
 
 CASES: dict[str, Callable] = {
     "frame_split": lambda impl: lambda: impl.split_frames(STREAM, MAX_FRAME),
@@ -127,7 +127,7 @@ def test_codec(benchmark, case: str, implementation: str) -> None:
 @pytest.mark.benchmark(max_time=0.5, min_rounds=20, min_time=0.0002)
 @pytest.mark.parametrize("case", BODIES)
 def test_orjson_baseline(benchmark, case: str) -> None:
-    """orjson.loads of a scan_json case's body: what decoding it cost before the scanner."""
+    """orjson.loads of a scan_registration case's body: what decoding it cost before the scanner."""
     body = BODIES[case]
     benchmark.group = case
     assert benchmark(orjson.loads, body) == orjson.loads(body)

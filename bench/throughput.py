@@ -18,6 +18,9 @@ Workloads (the issue 7 set):
                  flight, over the 100 topics of one registered broker;
 * register-new   REGISTER_BROKER with a 100-topic body, 1 connection x 16 in flight, a new DataVersion
                  in every request (the body differs, so the server decodes every one);
+* register-churn the same, and every registration also changes the write perm of two topics (one
+                 topic read-only in turn, as a broker changing one topic per DataVersion), so two
+                 routes change each time (not in the issue's set: it shows what changed topics cost);
 * register-same  the same with an unchanged body (the periodic re-registration).
 
 The generator is built to outrun the servers: every request is rendered in advance (a pool per
@@ -51,7 +54,7 @@ from namesrv.launcher import NamesrvProcess  # noqa: E402
 from namesrv.protocol import DataVersion, RemotingCommand, ResponseCode  # noqa: E402
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH  # noqa: E402
 
-WORKLOADS = ("route", "register-new", "register-same")
+WORKLOADS = ("route", "register-new", "register-same", "register-churn")
 _RECV_BYTES = 1 << 20
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,11 +90,12 @@ def build_workload(name: str, fleet: FleetShape) -> Workload:
         topics = fleet.cluster_topics(broker.cluster)
         return Workload(name, tuple(tuple(route_template(fleet, topics[i % len(topics)]).render(c * 100_000 + i)
                                           for i in range(1024)) for c in range(4)), 32)
-    if name == "register-new":
+    if name in ("register-new", "register-churn"):
         now = int(time.time() * 1000)
-        frames = tuple(register_template(fleet, broker, register_body(fleet, broker.cluster,
-                                                                      DataVersion(i + 1, now + i))).render(i + 1)
-                       for i in range(256))
+        topics = len(fleet.cluster_topics(broker.cluster))
+        frames = tuple(register_template(fleet, broker, register_body(
+            fleet, broker.cluster, DataVersion(i + 1, now + i),
+            read_only=i % topics if name == "register-churn" else None)).render(i + 1) for i in range(256))
         return Workload(name, (frames,), 16)
     if name == "register-same":
         template = register_template(fleet, broker, register_body(fleet, broker.cluster, DataVersion(1, 1)))

@@ -37,7 +37,7 @@ from namesrv.protocol.topic import TopicQueueTable, decode_registration
 
 Report = dict[str, str]
 _FASTPATH_FUNCTIONS = ("split_frames", "decode_binary_header", "encode_binary_header", "body_crc32", "queue_fields",
-                       "scan_json")
+                       "scan_registration")
 _LANGUAGES = frozenset(int(member) for member in LanguageCode)
 _PREFIX = struct.Struct(">i")
 
@@ -372,7 +372,7 @@ def _register(compressed: bool, version: int) -> Callable[[bytes], RegisterBroke
 
 
 def _register_json(version: int) -> Callable[[bytes], RegisterBrokerBody]:
-    """A JSON body, also as the server reads it: `decode_registration` (scan_json, then the lenient
+    """A JSON body, also as the server reads it: `decode_registration` (scan_registration, then the lenient
     parser for what it leaves) on each implementation must read what the full decode reads, or
     fail with the same ProtocolError."""
     def decode(data: bytes) -> RegisterBrokerBody:

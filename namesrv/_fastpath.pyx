@@ -2,20 +2,22 @@
 """Cython implementation of the protocol hot path.
 
 Same functions, results and `ProtocolError` messages as `namesrv/_purepath.py` (the tests run one
-suite over both); only `scan_json` may answer None ("parse it yourself") where the pure twin
-answers. Inputs are read through the buffer protocol, so bytes, bytearray and memoryview all work
-without a copy; every length is checked against the buffer before a byte is read.
+suite over both); only `scan_registration` may answer None ("parse it yourself") where the pure
+twin answers, and only it leaves out topic entries (unchanged since the previous registration,
+which the pure twin cannot afford to tell). Inputs are read through the buffer protocol, so bytes,
+bytearray and memoryview all work without a copy; every length is checked against the buffer
+before a byte is read.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_GetItem, PyDict_Next
 from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsignedLongLong
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t, uint64_t
 from libc.stdio cimport snprintf
-from libc.string cimport memcmp, memcpy, strlen
+from libc.string cimport memcmp, memcpy, memset, strlen
 
 
 cdef extern from "Python.h":
@@ -375,7 +377,7 @@ def queue_fields(dict table not None, fallback):
     cdef dict out = table.copy()  # a clone of the hash table: cheaper than inserting key by key
     cdef tuple fields
     for key, obj in table.items():
-        if type(obj) is not tuple:  # a tuple was read by scan_json already
+        if type(obj) is not tuple:  # a tuple was read by scan_registration already
             fields = _plain_entry(obj)
             out[key] = fallback(obj, key) if fields is None else fields
     return out
@@ -383,13 +385,13 @@ def queue_fields(dict table not None, fallback):
 
 
 # ---------------------------------------------------------------------------------------------
-# scan_json: strict JSON straight to Python objects, plain topic entries straight to tuples.
+# scan_registration: strict JSON straight to Python objects, plain topic entries straight to tuples.
 #
 # A recursive-descent parser over the raw bytes. It must never answer differently from
-# `orjson.loads` + the transform (`namesrv._purepath.scan_json`), so whatever it does not handle
-# exactly as orjson does (floats, integers beyond 64 bits, nesting deeper than JSON_MAX_DEPTH) and
-# every syntax error raise _NotForMe, and scan_json answers None: the caller's lenient parser
-# then decides. Every read is bounds-checked against the buffer.
+# `orjson.loads` + the transform (`namesrv._purepath.scan_registration`), so whatever it does not
+# handle exactly as orjson does (floats, integers beyond 64 bits, nesting deeper than
+# JSON_MAX_DEPTH) and every syntax error raise _NotForMe, and scan_registration answers None: the
+# caller's lenient parser then decides. Every read is bounds-checked against the buffer.
 # ---------------------------------------------------------------------------------------------
 
 class _NotForMe(Exception):
@@ -468,10 +470,99 @@ cdef extern from *:
     bint _same "namesrv_same" (const unsigned char *a, const unsigned char *b, Py_ssize_t n) nogil
 
 
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* A 64-bit digest of p[0:n]: multiply-rotate over 8-byte words, then murmur3's finaliser. Not
+       cryptographic: it tells a topic entry from the broker's own previous entries, where only
+       an accident can collide (and a broker can only ever mislead itself). */
+    static inline uint64_t namesrv_mix(uint64_t h, uint64_t w) {
+        h ^= w * 0xC2B2AE3D27D4EB4FULL;
+        return ((h << 31) | (h >> 33)) * 0x9E3779B97F4A7C15ULL;
+    }
+    static inline uint64_t namesrv_digest(const unsigned char *p, Py_ssize_t n) {
+        uint64_t h = (uint64_t)n, a = 0x243F6A8885A308D3ULL, b = 0x13198A2E03707344ULL,
+                 c = 0xA4093822299F31D0ULL, d = 0x082EFA98EC4E6C89ULL, w, x, y, z;
+        for (; n >= 32; p += 32, n -= 32) {  /* four independent lanes: no multiply waits on another */
+            memcpy(&w, p, 8);
+            memcpy(&x, p + 8, 8);
+            memcpy(&y, p + 16, 8);
+            memcpy(&z, p + 24, 8);
+            a = namesrv_mix(a, w);
+            b = namesrv_mix(b, x);
+            c = namesrv_mix(c, y);
+            d = namesrv_mix(d, z);
+        }
+        h = namesrv_mix(namesrv_mix(namesrv_mix(namesrv_mix(h, a), b), c), d);
+        for (; n >= 8; p += 8, n -= 8) {
+            memcpy(&w, p, 8);
+            h = namesrv_mix(h, w);
+        }
+        if (n > 0) {
+            w = 0;
+            memcpy(&w, p, (size_t)n);
+            h = namesrv_mix(h, w);
+        }
+        h ^= h >> 33;
+        h *= 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 33;
+        h *= 0xC4CEB9FE1A85EC53ULL;
+        h ^= h >> 33;
+        return h ? h : 1;  /* 0 marks an empty slot of a set */
+    }
+    /* A set of 64-bit values (never 0): an open-addressing table of 2**k slots (0: empty), probed
+       linearly, at most three quarters full. */
+    static inline Py_ssize_t namesrv_set_slots(Py_ssize_t n) {
+        Py_ssize_t slots = 8;
+        while (slots / 4 * 3 < n) slots *= 2;
+        return slots;
+    }
+    /* Add `value` to the set of `count` slots; 0 if it was there already. */
+    static inline int namesrv_set_add(uint64_t *slots, Py_ssize_t count, uint64_t value) {
+        Py_ssize_t i = (Py_ssize_t)(value & (uint64_t)(count - 1));
+        while (slots[i]) {
+            if (slots[i] == value) return 0;
+            i = (i + 1) & (count - 1);
+        }
+        slots[i] = value;
+        return 1;
+    }
+    """
+    uint64_t _digest "namesrv_digest" (const unsigned char *p, Py_ssize_t n) nogil
+    Py_ssize_t _set_slots "namesrv_set_slots" (Py_ssize_t n) nogil
+    bint _set_add "namesrv_set_add" (uint64_t *slots, Py_ssize_t count, uint64_t value) nogil
+
+
+cdef struct _Entry:
+    # What scan_registration remembers of a topic entry, in table order (16 bytes: a broker of
+    # 10,000 topics costs 160 KB): the digest of its bytes (key to closing brace), and in one
+    # word its key digest's top 40 bits (to find a repeated key) and its length (0 if past 24 bits:
+    # never stepped over).
+    uint64_t digest
+    uint64_t key_length
+
+
+cdef enum:
+    ENTRY_LENGTH_BITS = 24
+
+
+cdef struct _Digests:
+    const _Entry *previous      # the previous registration's entries, in its table order
+    Py_ssize_t previous_count
+    _Entry *entries             # this table's entries, in order (grown as they are read)
+    Py_ssize_t count
+    Py_ssize_t capacity
+    Py_ssize_t omitted
+    int tables          # topic tables reached: a repeated table key would make the entries ambiguous
+    bint escaped_key    # a key with escapes has more than one spelling: digests cannot tell keys apart
+
+
 cdef struct _Json:
     const unsigned char *p
     Py_ssize_t pos
     Py_ssize_t end
+    _Digests *digests   # NULL unless scan_registration asked for them
 
 
 #: What each simple escape (`\n` ...) stands for; 0 for a byte that is no simple escape.
@@ -836,16 +927,38 @@ cdef dict _object(_Json *j, int depth, tuple path, Py_ssize_t step):
 
 
 cdef dict _table(_Json *j, int depth):
-    """The topic table: an object whose plain entries become queue-fields tuples."""
+    """The topic table: an object whose plain entries become queue-fields tuples.
+
+    With digests asked for, every entry is noted (`_Entry`), and an entry whose bytes are those
+    of the previous registration's entry at the same place is stepped over unread: the route
+    table holds it already. Brokers list their topics in a stable order, so a registration that
+    changed a few topics has only those read.
+    """
     cdef dict out = {}
     cdef object key, value
-    cdef Py_ssize_t start, length
+    cdef Py_ssize_t start, length, entry_start, span, index = 0
     cdef int flags
+    cdef const _Entry *before
+    cdef _Digests *d = j.digests
+    if d != NULL:
+        d.tables += 1
     if _opened_empty(j, depth, 125):
         return out
     while True:
         if _peek(j) != 34:
             raise _NotForMe
+        entry_start = j.pos
+        if d != NULL and index < d.previous_count:
+            before = d.previous + index
+            span = <Py_ssize_t>(before.key_length & ((1 << ENTRY_LENGTH_BITS) - 1))
+            if 0 < span <= j.end - entry_start and _digest(j.p + entry_start, span) == before.digest:
+                _note_entry(d, before.digest, before.key_length)
+                d.omitted += 1
+                j.pos = entry_start + span
+                index += 1
+                if not _more(j, 125):
+                    return out
+                continue
         flags = _string_span(j, &start, &length)
         key = _string_object(j.p + start, length, flags)  # topic names: too many for the key cache
         _expect(j, 58)
@@ -853,9 +966,33 @@ cdef dict _table(_Json *j, int depth):
             value = _entry(j, depth + 1, key if flags & STR_ESCAPED == 0 else None, start, length)
         else:
             value = _value(j, depth)
+        if d != NULL:
+            if flags & STR_ESCAPED:
+                d.escaped_key = True
+            span = j.pos - entry_start
+            _note_entry(d, _digest(j.p + entry_start, span),
+                        (_digest(j.p + start, length) >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
+                        | (<uint64_t>span if span < (1 << ENTRY_LENGTH_BITS) else 0))
         out[key] = value
+        index += 1
         if not _more(j, 125):
             return out
+
+
+cdef int _note_entry(_Digests *d, uint64_t digest, uint64_t key_length) except -1:
+    cdef Py_ssize_t capacity
+    cdef _Entry *grown
+    if d.count == d.capacity:
+        capacity = 64 if d.capacity == 0 else 2 * d.capacity
+        grown = <_Entry *>PyMem_Realloc(d.entries, capacity * sizeof(_Entry))
+        if grown == NULL:
+            raise MemoryError()
+        d.entries = grown
+        d.capacity = capacity
+    d.entries[d.count].digest = digest
+    d.entries[d.count].key_length = key_length
+    d.count += 1
+    return 0
 
 
 cdef object _entry(_Json *j, int depth, object raw_key, Py_ssize_t key_start, Py_ssize_t key_length):
@@ -1005,9 +1142,62 @@ cdef int _skip_container(_Json *j, int depth, bint is_object) except -1:
             return 0
 
 
-def scan_json(data, tuple table_path not None):
-    """`orjson.loads(data)` with the plain entries of the object at `table_path` as queue-fields
-    tuples, or None; see `namesrv._purepath.scan_json`. `data` is any bytes-like object."""
+def scan_registration(data, tuple table_path not None, previous):
+    """A registration body parsed as `orjson.loads` does, with the plain entries of the object at
+    `table_path` as queue-fields tuples (see `namesrv._purepath.scan_registration`), plus what it
+    takes to read only the changed entries of the broker's next registration: `previous` is the
+    `entries` a call for its last registration returned, or None. `data` is any bytes-like object.
+
+    Returns (value, entries, omitted) or None. Each topic entry whose bytes are those of the
+    entry at the same place in `previous` is left out of the table; `omitted` counts them.
+    `entries` (bytes) is None when it cannot stand for the table: no single topic table, a
+    repeated key, or a key with escapes (several spellings of one key); then nothing is left out
+    either. The pure twin (`namesrv._purepath.scan_registration`) never has entries, so it
+    leaves nothing out.
+    """
+    cdef _Digests d
+    cdef object value
+    if previous is not None and len(<bytes?>previous) % sizeof(_Entry):
+        raise ValueError("previous: not the entries of a scan_registration")
+    d.previous = NULL
+    d.previous_count = 0
+    if previous is not None:
+        d.previous = <const _Entry *><const char *>PyBytes_AS_STRING(previous)
+        d.previous_count = len(previous) // sizeof(_Entry)
+    d.entries = NULL
+    d.count = 0
+    d.capacity = 0
+    d.omitted = 0
+    d.tables = 0
+    d.escaped_key = False
+    try:
+        value = _scan(data, table_path, &d)
+        if d.tables != 1 or d.escaped_key or _has_repeated_key(d.entries, d.count):
+            return scan_registration(data, table_path, None) if d.omitted else (value, None, 0)
+        return value, PyBytes_FromStringAndSize(<const char *>d.entries, d.count * sizeof(_Entry)), d.omitted
+    except (_NotForMe, UnicodeDecodeError):
+        return None
+    finally:
+        PyMem_Free(d.entries)
+
+
+cdef bint _has_repeated_key(const _Entry *entries, Py_ssize_t count) except -1:
+    """Do two entries have one key digest (a repeated key, or once in 2**39 two keys alike)?"""
+    cdef Py_ssize_t slots = _set_slots(count), i
+    cdef uint64_t *seen = <uint64_t *>PyMem_Calloc(slots, sizeof(uint64_t))
+    if seen == NULL:
+        raise MemoryError()
+    try:
+        for i in range(count):
+            if not _set_add(seen, slots, (entries[i].key_length >> ENTRY_LENGTH_BITS) | 1):
+                return True
+        return False
+    finally:
+        PyMem_Free(seen)
+
+
+cdef object _scan(data, tuple table_path, _Digests *digests):
+    """The whole document at `data` (raises _NotForMe for what is not for this scanner)."""
     cdef Py_buffer view
     cdef _Json j
     cdef object value
@@ -1016,15 +1206,16 @@ def scan_json(data, tuple table_path not None):
         j.p = <const unsigned char *>view.buf
         j.pos = 0
         j.end = view.len
+        j.digests = digests
         _skip_ws(&j)
         if table_path and _peek(&j) == 123:
             value = _object(&j, 1, table_path, 0)
         else:
             value = _value(&j, 0)
         _skip_ws(&j)
-        return value if j.pos == j.end else None
-    except (_NotForMe, UnicodeDecodeError):
-        return None
+        if j.pos != j.end:
+            raise _NotForMe
+        return value
     finally:
         PyBuffer_Release(&view)
 

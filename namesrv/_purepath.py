@@ -2,7 +2,7 @@
 
 `namesrv/_fastpath.pyx` implements the same functions with the same results; `namesrv.fastpath`
 picks whichever is importable. Every function raises `ProtocolError` (never anything else) on bad
-input, except `scan_json`, which answers None; neither ever reads past the buffer it was given.
+input, except `scan_registration`, which answers None; neither ever reads past the buffer it was given.
 """
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ def queue_fields(table: dict, fallback: Callable[[object, str], tuple]) -> dict[
     """A parsed topicConfigTable as the route table reads it: key -> (topicName, readQueueNums,
     writeQueueNums, perm, topicSysFlag), without a TopicConfig per topic.
 
-    A plain entry (see `_plain_queue_fields`) is read here, and one `scan_json` already read (a
+    A plain entry (see `_plain_queue_fields`) is read here, and one `scan_registration` read (a
     tuple, which JSON never yields) is kept; any other entry is `fallback(entry, key)`, which reads
     (or rejects) it field by field as `TopicConfig.from_dict` does.
     """
@@ -192,33 +192,35 @@ def queue_fields(table: dict, fallback: Callable[[object, str], tuple]) -> dict[
 
 
 
-def scan_json(data: bytes | bytearray | memoryview, table_path: tuple[str, ...]) -> object | None:
-    """`orjson.loads(data)`, except that in the object at `table_path` (keys from the top; `()`
-    for none) every plain topic entry is replaced by its queue-fields tuple; None if `data` is
-    not strict JSON (the caller then parses it leniently).
+def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[str, ...],
+                      previous: bytes | None) -> tuple[object, bytes | None, int] | None:
+    """(value, entries, omitted): `value` is `orjson.loads(data)`, except that in the object at
+    `table_path` (keys from the top; `()` for none) every plain topic entry is replaced by its
+    queue-fields tuple; None if `data` is not strict JSON (the caller then parses it leniently).
 
     The reference the Cython twin is tested against: it may return None where this does not
-    (floats, integers beyond 64 bits, deep nesting), never anything else.
+    (floats, integers beyond 64 bits, deep nesting), never another value. Only the twin
+    digests each topic entry's bytes (which pays only in C): it returns them as `entries` and
+    leaves out the entries unchanged since `previous`. This one has no entries (None), so it
+    leaves nothing out (`omitted` is 0) and ignores `previous`.
     """
     if isinstance(data, str):  # orjson would take it; the Cython twin reads buffers only
-        raise TypeError("scan_json needs a bytes-like object, not 'str'")
+        raise TypeError("scan_registration needs a bytes-like object, not 'str'")
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
-    if not table_path:
-        return obj
     table = obj
     for step in table_path:
         if type(table) is not dict:
-            return obj
+            return obj, None, 0
         table = table.get(step)
     if type(table) is dict:
         for key, entry in table.items():
             fields = _plain_queue_fields(entry)
             if fields is not None:
                 table[key] = fields  # replacing values (not keys) while iterating is safe
-    return obj
+    return obj, None, 0
 
 
 _OPAQUE_KEY = b'"opaque":'

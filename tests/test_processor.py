@@ -409,6 +409,37 @@ def test_wipe_and_add_write_perm(ns):
     assert ns.call(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "x"}).ext_fields == {"addTopicCount": "0"}
 
 
+def test_a_new_data_version_reads_only_the_changed_topics_and_still_restores_what_admins_changed(ns):
+    topics = [f"T{i}" for i in range(20)]
+    ns.register(topics=topics, counter=1)
+    # An admin wipes the write perm: the master's next DataVersion re-applies its whole table,
+    # unchanged entries included (the route table no longer holds what they say).
+    ns.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+    assert ns.routes.topic_entries("C", "10.0.0.1:10911", "broker-a", 0) is None
+    ns.register(topics=topics, counter=2)
+    assert all(route_of(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": t}))["queueDatas"][0]["perm"] == 6
+               for t in topics)
+    # Then one topic changes with the next DataVersion: it alone is read, and answered at once.
+    changed = topics[:5] + [TopicConfig("T5", 4, 4, PERM_READ)] + topics[6:]
+    ns.register(topics=changed, counter=3)
+    assert route_of(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T5"}))["queueDatas"][0]["perm"] == PERM_READ
+    assert route_of(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T6"}))["queueDatas"][0]["perm"] == 6
+
+
+def test_a_registration_decoded_against_entries_the_route_table_no_longer_holds_is_decoded_again(ns, monkeypatch):
+    from namesrv import fastpath
+    if fastpath.IMPLEMENTATION != "cython":
+        pytest.skip("only the Cython fast path leaves topic entries out")
+    ns.register(topics=("T1", "T2"), counter=1)
+    offered = ns.routes.topic_entries("C", "10.0.0.1:10911", "broker-a", 0)
+    assert offered is not None
+    # The race: the hint is taken, then an admin changes the table before the registration locks it.
+    ns.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+    monkeypatch.setattr(ns.routes, "topic_entries", lambda *identity: offered)
+    assert ns.register(topics=("T1", "T2"), counter=2).code == ResponseCode.SUCCESS
+    assert route_of(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}))["queueDatas"][0]["perm"] == 6
+
+
 # ---------------------------------------------------------------- topics (206, 216, 217, 224, 304, 311-313)
 
 

@@ -72,6 +72,44 @@ def test_executor_survives_a_failing_batch() -> None:
     assert sorted(done) == [1, 2]
 
 
+def test_executor_wakes_the_most_recently_idle_worker() -> None:
+    ran_on: list[str] = []
+    done = threading.Semaphore(0)
+
+    def run(batch: list[int]) -> None:
+        ran_on.append(threading.current_thread().name)
+        done.release()
+
+    executor = BoundedExecutor("T", threads=4, capacity=10, run_batch=run)
+    executor.start()
+    for job in range(12):
+        wait_until(lambda: len(executor._idle) == 4)  # every worker parked again
+        executor.submit([job])
+        assert done.acquire(timeout=5)
+    assert executor.shutdown(5)
+    assert len(set(ran_on)) == 1, ran_on  # FIFO wake-ups would rotate through all four
+
+
+def test_executor_runs_other_jobs_while_one_is_slow() -> None:
+    release, fast_done = threading.Event(), threading.Event()
+
+    def run(batch: list[str]) -> None:
+        for job in batch:
+            if job == "slow":
+                release.wait(5)
+            else:
+                fast_done.set()
+
+    executor = BoundedExecutor("T", threads=2, capacity=10, run_batch=run)
+    executor.start()
+    executor.submit(["slow"])
+    wait_until(lambda: executor.queued == 0)  # a worker holds it
+    executor.submit(["fast"])
+    assert fast_done.wait(5)  # the other worker took it
+    release.set()
+    assert executor.shutdown(5)
+
+
 def test_executor_refuses_to_exist_without_threads_or_room() -> None:
     with pytest.raises(ValueError):
         BoundedExecutor("T", threads=0, capacity=1, run_batch=print)

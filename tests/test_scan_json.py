@@ -1,4 +1,6 @@
-"""`scan_json` (registration bodies straight to queue-fields tuples) on both fast paths.
+"""`scan_registration`'s parse (registration bodies straight to queue-fields tuples) on both fast paths.
+
+What it leaves out against a previous registration is tested in test_scan_registration.py.
 
 The pure twin is the reference by construction (orjson.loads, then the plain entries of the table
 at the path become tuples). The Cython scanner may answer None ("not for me": the caller parses
@@ -48,11 +50,21 @@ def same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def scanned(impl, data: Any, path: tuple[str, ...]) -> object:
+    """scan_registration's value, with no previous registration (None: not for this scanner)."""
+    result = impl.scan_registration(data, path, None)
+    if result is None:
+        return None
+    value, _, omitted = result
+    assert omitted == 0
+    return value
+
+
 def agrees(impl, data: bytes, path: tuple[str, ...]) -> object:
     """impl's answer, checked to be None or exactly the reference's; returns it."""
-    got = impl.scan_json(data, path)
+    got = scanned(impl, data, path)
     if got is not None:
-        expected = _purepath.scan_json(data, path)
+        expected = scanned(_purepath, data, path)
         assert same(got, expected), (data[:200], got, expected)
     return got
 
@@ -227,7 +239,7 @@ def documents(draw) -> tuple[Any, tuple[str, ...]]:
 def test_valid_json_is_read_exactly_as_the_reference_and_never_refused(impl, document, style):
     value, path = document
     data = serialize(value, style)
-    assert _purepath.scan_json(data, path) is not None or to_python(value) is None
+    assert scanned(_purepath, data, path) is not None or to_python(value) is None
     got = agrees(impl, data, path)
     assert got is not None or to_python(value) is None
 
@@ -442,7 +454,7 @@ def test_what_is_not_strict_json_or_beyond_the_scanner_is_left(impl, data):
 
 @pytest.mark.parametrize("data", [b"[1,]", b'"\\ud800"', b'"\xff"', b"{}x", b"\xef\xbb\xbf1", b'{0:"x"}'])
 def test_the_reference_answers_none_for_what_orjson_refuses(data):
-    assert _purepath.scan_json(data, TABLE_PATH) is None
+    assert scanned(_purepath, data, TABLE_PATH) is None
 
 
 @each_impl
@@ -525,13 +537,13 @@ def test_deep_nesting_is_read_or_left_never_crashes(impl, depth, kind):
 @pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview])
 def test_any_buffer_reads_the_same(impl, wrap):
     body = fleet_body(3)
-    assert same(impl.scan_json(wrap(body), TABLE_PATH), impl.scan_json(body, TABLE_PATH))
+    assert same(scanned(impl, wrap(body), TABLE_PATH), scanned(impl, body, TABLE_PATH))
 
 
 @each_impl
 def test_a_str_is_no_buffer(impl):
     with pytest.raises(TypeError):
-        impl.scan_json("{}", ())
+        impl.scan_registration("{}", (), None)
 
 
 # ---------------------------------------------------------------- the registration decode uses it

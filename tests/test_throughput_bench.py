@@ -8,10 +8,10 @@ from bench import throughput
 
 def test_one_short_abab_round_measures_both_servers(tmp_path, capsys):
     out = tmp_path / "result.json"
-    assert throughput.main(["--workloads", "route,register-new", "--rounds", "1", "--leg-seconds", "0.5",
+    assert throughput.main(["--workloads", "route,register-new,register-churn", "--rounds", "1", "--leg-seconds", "0.5",
                             "--warmup-seconds", "0.2", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
-    for workload in ("route", "register-new"):
+    for workload in ("route", "register-new", "register-churn"):
         assert report[workload]["ceiling_per_s"] > 0 and report[workload]["namesrv_per_s"] > 0
         assert report[workload]["bad_answers"] == 0  # namesrv answered SUCCESS
     assert "ratio" in capsys.readouterr().out

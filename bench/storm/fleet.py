@@ -28,6 +28,7 @@ from namesrv.protocol import (
     TopicConfigSerializeWrapper,
     Version,
 )
+from namesrv.protocol.codes import PERM_READ, PERM_WRITE
 
 REGISTER = int(RequestCode.REGISTER_BROKER)
 HEARTBEAT = int(RequestCode.BROKER_HEARTBEAT)
@@ -133,11 +134,13 @@ def _request(code: int, ext: dict[str, object], body: bytes | None, serialize_ty
                                    language=LanguageCode.JAVA)
 
 
-def register_body(fleet: FleetShape, cluster: str, data_version: DataVersion) -> bytes:
-    """The JSON RegisterBrokerBody of a broker of `cluster` whose topic table has `data_version`."""
-    topics = fleet.cluster_topics(cluster)
+def register_body(fleet: FleetShape, cluster: str, data_version: DataVersion, read_only: int | None = None) -> bytes:
+    """The JSON RegisterBrokerBody of a broker of `cluster` whose topic table has `data_version`
+    (and whose topic number `read_only`, if given, has lost its write perm)."""
+    queues = fleet.queues_per_topic
     wrapper = TopicConfigSerializeWrapper(
-        {t: TopicConfig(t, fleet.queues_per_topic, fleet.queues_per_topic) for t in topics}, data_version)
+        {t: TopicConfig(t, queues, queues, PERM_READ if i == read_only else PERM_READ | PERM_WRITE)
+         for i, t in enumerate(fleet.cluster_topics(cluster))}, data_version)
     return RegisterBrokerBody(wrapper, []).encode()
 
 

@@ -205,12 +205,20 @@ class TopicQueueTable:
     topics would otherwise build (and check field by field) a TopicConfig per topic only for the
     route table to copy five of its fields. Accepts and rejects exactly what
     TopicConfigSerializeWrapper does. `from_dict` takes topic entries as parsed JSON or as the
-    queue-fields tuples `fastpath.scan_json` makes of plain ones.
+    queue-fields tuples `fastpath.scan_registration` makes of plain ones.
+
+    A table decoded against the broker's previous registration (`decode_registration`'s
+    `previous`) lacks the `omitted` entries that are byte for byte those of `omitted_since`;
+    `entries` is what the next registration's decode takes as `previous` (None: nothing to offer).
+    Tables compare (and show) what they say, not these.
     """
 
     topics: dict[str, QueueFields] = field(default_factory=dict)
     data_version: DataVersion = field(default_factory=DataVersion)
     topic_queue_mapping_info_map: dict[str, Any] = field(default_factory=dict)
+    entries: bytes | None = field(default=None, compare=False, repr=False)
+    omitted: int = field(default=0, compare=False, repr=False)
+    omitted_since: bytes | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_dict(cls, obj: Any) -> TopicQueueTable:
@@ -328,18 +336,16 @@ _LEGACY_TABLE_PATH = ("topicConfigTable",)
 
 
 def _decode_json_body(data: bytes, version: int, read_wrapper: Callable[[Any], Any],
-                      scan_topics: bool = False) -> tuple[Any, list[str] | None]:
+                      scanned: Any = None) -> tuple[Any, list[str] | None]:
     """(wrapper, filter servers) of a JSON body: the wrapper alone before 3.0.11, else inside a RegisterBrokerBody.
 
-    With `scan_topics`, the body is first parsed by `fastpath.scan_json`, which hands plain topic
-    entries over as queue-fields tuples (only `TopicQueueTable.from_dict` reads those); input it
-    leaves alone (None) goes to the lenient parser, so errors read as they always did.
+    `scanned` is the body as `fastpath.scan_registration` parsed it (plain topic entries as
+    queue-fields tuples, which only `TopicQueueTable.from_dict` reads); without it (None) the
+    lenient parser reads the body, so errors read as they always did.
     """
     legacy = version < Version.V3_0_11
     what = "TopicConfigSerializeWrapper" if legacy else "RegisterBrokerBody"
-    obj = fastpath.scan_json(data, _LEGACY_TABLE_PATH if legacy else _TABLE_PATH) if scan_topics else None
-    if obj is None:
-        obj = jsonbody.loads(data, what)
+    obj = jsonbody.loads(data, what) if scanned is None else scanned
     if legacy:
         return read_wrapper(obj), None
     obj = expect(obj, dict, what)
@@ -347,11 +353,23 @@ def _decode_json_body(data: bytes, version: int, read_wrapper: Callable[[Any], A
     return wrapper, string_list(get_list(obj, "filterServerList", what), f"{what}.filterServerList")
 
 
-def decode_registration(data: bytes | None, compressed: bool = False,
-                        version: int = Version.V5_3_3) -> tuple[TopicQueueTable, list[str] | None]:
+def decode_registration(data: bytes | None, compressed: bool = False, version: int = Version.V5_3_3,
+                        previous: bytes | None = None) -> tuple[TopicQueueTable, list[str] | None]:
     """`RegisterBrokerBody.decode` as the server needs it: (topic table, filter servers). A JSON
-    body's topics go straight to their queue fields; the rare compressed form decodes fully."""
+    body's topics go straight to their queue fields; the rare compressed form decodes fully.
+
+    `previous` (the `entries` of the broker's previous registration's table) lets the fast path
+    leave out the topic entries unchanged since: a broker bumps its DataVersion when one topic of
+    thousands changes, and only that one is then read (see TopicQueueTable).
+    """
     if data and not (compressed and version >= Version.V3_0_11):
-        return _decode_json_body(data, version, TopicQueueTable.from_dict, scan_topics=True)
+        path = _LEGACY_TABLE_PATH if version < Version.V3_0_11 else _TABLE_PATH
+        scanned = fastpath.scan_registration(data, path, previous)
+        if scanned is None:
+            return _decode_json_body(data, version, TopicQueueTable.from_dict)
+        value, entries, omitted = scanned
+        table, servers = _decode_json_body(data, version, TopicQueueTable.from_dict, value)
+        table.entries, table.omitted, table.omitted_since = entries, omitted, previous if omitted else None
+        return table, servers
     body = RegisterBrokerBody.decode(data, compressed, version)
     return TopicQueueTable.of(body.wrapper), body.filter_server_list

@@ -55,6 +55,11 @@ log = logging.getLogger(__name__)
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 
 
+class StaleTopicEntries(Exception):
+    """A table decoded against the broker's previous topic entries (`decode_registration`'s
+    `previous`) came after the route table changed them: decode the body in full and register again."""
+
+
 def _timeout(heartbeat_timeout_millis: int | None) -> int:
     """The header's heartbeat timeout, or RocketMQ's 120 s default."""
     return DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if heartbeat_timeout_millis is None else heartbeat_timeout_millis
@@ -78,7 +83,7 @@ class RouteInfoManager:
         # Indexes and caches derived from them.
         self._channel_keys: dict[Channel, set[LiveKey]] = {}
         self._queue_pool: dict[str, dict[QueueData, QueueData]] = {}
-        self._queue_removals: dict[str, int] = {}  # per group: queue entries ever removed (see refresh_registration)
+        self._queue_changes: dict[str, int] = {}  # per group: queue entries ever put or removed (see BrokerLiveInfo)
         self._route_cache = RouteBodyCache(route_cache_bytes)
 
     # ------------------------------------------------------------------ registration
@@ -135,7 +140,7 @@ class RouteInfoManager:
         Applies only when `register_broker` would change nothing but liveness and the channel:
         the same header and body fingerprint as this broker's last registration, its group still
         as that registration left it, and (for a member that applies topics) none of the group's
-        queue entries removed since, so no topic is missing that the body would restore. Returns
+        queue entries changed since, so no topic is missing that the body would restore. Returns
         that registration's result, or None: then decode the body and call `register_broker`.
         """
         registration = (body_fingerprint, broker_name, broker_id, ha_server_addr, zone_name,
@@ -153,12 +158,21 @@ class RouteInfoManager:
             applies_topics = broker_id == MASTER_ID or (
                 enable_acting_master is not None and broker_id == min(group.broker_addrs))
             if applies_topics and not (live.topics_applied
-                                       and live.queue_removals_seen == self._queue_removals.get(broker_name, 0)):
+                                       and live.queue_changes_seen == self._queue_changes.get(broker_name, 0)):
                 return None
             live.last_update_timestamp = self._clock()
             if live.channel != channel:
                 self._set_live(key, replace(live, channel=channel))
             return self._master_of_locked(group, cluster_name, broker_id)
+
+    def topic_entries(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int) -> bytes | None:
+        """The topic entries of this master's last registration when the route table still holds
+        exactly them (no lock: a hint for `decode_registration`'s `previous`, which
+        `register_broker` checks again under it)."""
+        live = self._live.get((cluster_name, broker_addr))
+        entries = None if live is None else live.topic_entries
+        return entries if self._holds_entries_locked(cluster_name, broker_addr, broker_name, broker_id, entries) \
+            else None
 
     def registration_fingerprint(self, cluster_name: str, broker_addr: str) -> Hashable | None:
         """The body fingerprint of this broker's last registration, if it gave one (no lock: a
@@ -174,9 +188,14 @@ class RouteInfoManager:
                          registration: tuple | None) -> RegisterBrokerResult | None:
         group = self._brokers.get(broker_name)
         topics = wrapper.queue_fields()
+        omitted = wrapper.omitted if isinstance(wrapper, TopicQueueTable) else 0
+        if omitted and not self._holds_entries_locked(cluster_name, broker_addr, broker_name, broker_id,
+                                                      wrapper.omitted_since):
+            raise StaleTopicEntries(f"{broker_name}[{broker_id}] {broker_addr}: the route table changed since "
+                                    f"the entries {omitted} topics were left out against")
         # Step 7, checked first: an incremental single-topic registration must follow a full one
         # (issue #4522). Checking before any change means a refusal leaves no trace behind.
-        if (group is None or broker_id not in group.broker_addrs) and len(topics) == 1:
+        if (group is None or broker_id not in group.broker_addrs) and len(topics) + omitted == 1:
             log.warning("refused single-topic registration of %s[%d] %s before its full registration: %s",
                         broker_name, broker_id, broker_addr, list(topics))
             return None
@@ -220,17 +239,33 @@ class RouteInfoManager:
         is_master = broker_id == MASTER_ID  # step 9
         is_prime_slave = not old_version_broker and not is_master and broker_id == min(group.broker_addrs)
         if is_master or is_prime_slave:  # step 10
-            self._apply_topic_configs(broker_name, topics, wrapper.topic_queue_mapping_info_map, register_first,
-                                      version_changed, wipe_write=is_prime_slave and group.enable_acting_master)
-
+            self._apply_topic_configs(broker_name, topics, len(topics) + omitted, wrapper.topic_queue_mapping_info_map,
+                                      register_first, version_changed,
+                                      wipe_write=is_prime_slave and group.enable_acting_master)
+        # A master's table applied in full (a new DataVersion) is what the route table now holds.
+        entries = wrapper.entries if (isinstance(wrapper, TopicQueueTable) and is_master and
+                                      (register_first or version_changed)
+                                      and not self._config.delete_topic_with_broker_registration) else None
         self._set_live(key, BrokerLiveInfo(  # step 11
             self._clock(), _timeout(heartbeat_timeout_millis), wrapper.data_version, channel, ha_server_addr,
-            registration, is_master or is_prime_slave, self._queue_removals.get(broker_name, 0)))
+            registration, is_master or is_prime_slave, self._queue_changes.get(broker_name, 0), entries))
         if previous is None:
             log.info("new broker registered: %s[%d] %s of cluster %s, HA %s", broker_name, broker_id, broker_addr,
                      cluster_name, ha_server_addr)
         self._set_filters(key, filter_server_list)  # step 12
         return self._master_of_locked(group, cluster_name, broker_id)  # step 13
+
+    def _holds_entries_locked(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
+                              entries: bytes | None) -> bool:  # also called without the lock, for a hint
+        """Does the route table still hold exactly the topic entries this master registered last
+        as `entries`, so that the entries of a new registration found unchanged against them need
+        no applying? (The same entries object, the same group and id, and no change to the group's
+        queue entries since; the deleting mode needs every topic listed.)"""
+        live = self._live.get((cluster_name, broker_addr))
+        return (live is not None and entries is not None and live.topic_entries is entries
+                and live.registration is not None and live.registration[1:3] == (broker_name, broker_id)
+                and live.queue_changes_seen == self._queue_changes.get(broker_name, 0)
+                and not self._config.delete_topic_with_broker_registration)
 
     def _master_of_locked(self, group: BrokerData, cluster_name: str, broker_id: int) -> RegisterBrokerResult:
         """A slave learns its live master's address and HA address."""
@@ -243,9 +278,11 @@ class RouteInfoManager:
                 result.ha_server_addr = master_live.ha_server_addr
         return result
 
-    def _apply_topic_configs(self, broker_name: str, table: dict[str, QueueFields], mappings: dict[str, Any],
-                             register_first: bool, version_changed: bool, wipe_write: bool) -> None:
-        """Step 10: queue data of a master's (or acting prime slave's) topic table."""
+    def _apply_topic_configs(self, broker_name: str, table: dict[str, QueueFields], listed: int,
+                             mappings: dict[str, Any], register_first: bool, version_changed: bool,
+                             wipe_write: bool) -> None:
+        """Step 10: queue data of a master's (or acting prime slave's) topic table (`listed`
+        topics, of which `table` has those not left out as unchanged)."""
         if self._config.delete_topic_with_broker_registration and not mappings:
             for topic in [t for t in self._topics_of(broker_name) if t not in table]:
                 self._remove_queue(topic, broker_name)
@@ -264,7 +301,7 @@ class RouteInfoManager:
                 continue  # unchanged (most topics of a new data version): no QueueData to build and compare
             changed += self._put_queue(topic, QueueData(broker_name, read, write, perm, sys_flag))
         if changed:
-            log.info("broker %s: %d of %d topics created or changed", broker_name, changed, len(table))
+            log.info("broker %s: %d of %d topics created or changed", broker_name, changed, listed)
         if apply_all:
             for topic, info in mappings.items():
                 bname = info.get("bname") if isinstance(info, dict) else None
@@ -554,12 +591,12 @@ class RouteInfoManager:
             return self._snapshot_locked()
 
     def export_tables(self) -> tuple[RouteTables, dict[str, int]]:
-        """A snapshot and the per-group queue-removal counts, under one read lock: what a restarted
+        """A snapshot and the per-group queue-change counts, under one read lock: what a restarted
         worker process copies from a sibling (namesrv.workers) to serve what it serves."""
         with self._lock.read:
-            return self._snapshot_locked(), dict(self._queue_removals)
+            return self._snapshot_locked(), dict(self._queue_changes)
 
-    def import_tables(self, tables: RouteTables, queue_removals: dict[str, int]) -> None:
+    def import_tables(self, tables: RouteTables, queue_changes: dict[str, int]) -> None:
         """Replace every table by an `export_tables` result (taken over, not copied); the derived
         indexes are rebuilt and every cached route dropped."""
         with self._lock.write:
@@ -568,7 +605,7 @@ class RouteInfoManager:
                                  (self._clusters, tables.cluster_addr_table),
                                  (self._filters, tables.filter_server_table),
                                  (self._mappings, tables.topic_queue_mapping_info_table),
-                                 (self._queue_removals, queue_removals)):
+                                 (self._queue_changes, queue_changes)):
                 mine.clear()
                 mine.update(theirs)
             self._live.clear()
@@ -607,6 +644,7 @@ class RouteInfoManager:
             return False
         pool = self._queue_pool.setdefault(queue.broker_name, {})
         queues[queue.broker_name] = pool.setdefault(queue, queue)  # thousands of topics share a few values
+        self._queue_changes[queue.broker_name] = self._queue_changes.get(queue.broker_name, 0) + 1
         self._route_cache.invalidate((topic,))
         return True
 
@@ -614,7 +652,7 @@ class RouteInfoManager:
         queues = self._topic_queues.get(topic)
         if queues is None or queues.pop(broker_name, None) is None:
             return
-        self._queue_removals[broker_name] = self._queue_removals.get(broker_name, 0) + 1
+        self._queue_changes[broker_name] = self._queue_changes.get(broker_name, 0) + 1
         if not queues:
             del self._topic_queues[topic]
             log.debug("topic removed: %s", topic)

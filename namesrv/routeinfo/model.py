@@ -25,10 +25,12 @@ def now_ms() -> int:
 class BrokerLiveInfo:
     """What the NameServer knows about one registered broker process.
 
-    The last three fields let an identical re-registration skip decoding its body
-    (`RouteInfoManager.refresh_registration`): the header fields and body fingerprint it came
-    with, whether it applied its topic table, and how many of its group's queue entries had been
-    removed by then.
+    The last four fields let a re-registration skip work: the header fields and body fingerprint
+    it came with, whether it applied its topic table, and how many changes the group's queue
+    entries had seen by then let an identical one skip decoding its body
+    (`RouteInfoManager.refresh_registration`); a master's `topic_entries` (its table's entries as
+    the fast path digested them, when the route table holds exactly them) let the next one read
+    only the topic entries that changed (`decode_registration`'s `previous`).
     """
 
     last_update_timestamp: int
@@ -38,7 +40,8 @@ class BrokerLiveInfo:
     ha_server_addr: str | None
     registration: tuple | None = None
     topics_applied: bool = False
-    queue_removals_seen: int = 0
+    queue_changes_seen: int = 0
+    topic_entries: bytes | None = None
 
     def expired(self, now: int) -> bool:
         return self.last_update_timestamp + self.heartbeat_timeout_millis < now

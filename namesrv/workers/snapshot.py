@@ -25,7 +25,7 @@ class Snapshot:
     #: origin index -> (generation, last sequence number) of the writes these tables include.
     marks: dict[int, tuple[int, int]]
     routes: RouteTables
-    queue_removals: dict[str, int]
+    queue_changes: dict[str, int]
     kv: dict[str, dict[str, str | None]]
     #: The remotely updatable config keys (UPDATE_NAMESRV_CONFIG may have changed them since start).
     config: dict[str, str]
@@ -40,20 +40,20 @@ def take(index: int, generation: int, marks: dict[int, tuple[int, int]], routes:
          kv: KVConfigManager, config: NamesrvConfig) -> bytes:
     """The pickled copy; `marks` must be read before (a write the marks do not cover may be in the
     tables too: applying it again is harmless, missing it would not be)."""
-    tables, queue_removals = routes.export_tables()
+    tables, queue_changes = routes.export_tables()
     for live in tables.broker_live_table.values():
         if live.channel is not None and not isinstance(live.channel, SiblingChannel):
             live.channel = SiblingChannel.stand_in(index, generation, live.channel)
     updatable = NamesrvConfig.remote_updatable()
     remote_config = {key: value for key, value in config.to_properties().items() if key in updatable}
-    snapshot = Snapshot(marks, tables, queue_removals, kv.export_table(), remote_config)
+    snapshot = Snapshot(marks, tables, queue_changes, kv.export_table(), remote_config)
     return pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def restore(payload: bytes, routes: RouteInfoManager, kv: KVConfigManager, config: NamesrvConfig) -> Snapshot:
     """Replace the tables (in memory: the files are the origins' business) by the copy in `payload`."""
     snapshot: Snapshot = pickle.loads(payload)
-    routes.import_tables(snapshot.routes, snapshot.queue_removals)
+    routes.import_tables(snapshot.routes, snapshot.queue_changes)
     kv.restore_table(snapshot.kv)
     config.apply(snapshot.config)
     return snapshot
