@@ -5,7 +5,8 @@ script drives the real request path (RequestProcessor: CRC, body decode, RouteIn
 cache) in one process and reports time and memory for what such a cluster does:
 
 * first registration of every broker, then one full round of periodic re-registrations (unchanged
-  DataVersion: the steady state, every 30 s per broker);
+  DataVersion: the steady state, every 30 s per broker), then one round in which every broker
+  changed one topic (a new DataVersion: only the changed topic entries are read);
 * route queries: a miss (pick up + encode + cache) and a hit, over `--query-topics` topics;
 * the broker-wide writes that must invalidate 10,000 cached routes: a slave joining a group, an
   expiry of a broker, a perm wipe.
@@ -58,9 +59,12 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2 ** 20
 
 
-def cluster_body(cluster: int, topics: int) -> bytes:
-    table = {f"c{cluster}-topic-{i:05d}": TopicConfig(f"c{cluster}-topic-{i:05d}", 8, 8) for i in range(topics)}
-    return RegisterBrokerBody(TopicConfigSerializeWrapper(table, DataVersion(1, 1_700_000_000_000, 0)), []).encode()
+def cluster_body(cluster: int, topics: int, counter: int = 1) -> bytes:
+    """The body of the cluster's brokers; from counter 2 on, its first topic has 16 queues, not 8."""
+    names = [f"c{cluster}-topic-{i:05d}" for i in range(topics)]
+    table = {name: TopicConfig(name, 8, 16 if i == 0 and counter > 1 else 8) for i, name in enumerate(names)}
+    return RegisterBrokerBody(TopicConfigSerializeWrapper(table, DataVersion(counter, 1_700_000_000_000, 0)),
+                              []).encode()
 
 
 def register_request(broker: int, cluster: int, body: bytes, broker_id: int = 0) -> RemotingCommand:
@@ -103,7 +107,7 @@ def main() -> None:
                 for b in range(args.brokers)]
     channels = [Channel("tcp", b.to_bytes(4, "big")) for b in range(args.brokers)]
 
-    def register_all() -> list[float]:
+    def register_all(requests: list[RemotingCommand] = requests) -> list[float]:
         times = []
         for request, channel in zip(requests, channels):
             start = time.perf_counter()
@@ -123,6 +127,11 @@ def main() -> None:
     print(f"  periodic re-registration (unchanged DataVersion): mean {statistics.mean(again) * 1e3:.1f} ms, "
           f"max {max(again) * 1e3:.1f} ms -> {statistics.mean(again) * args.brokers / 30 * 100:.0f}% of one core "
           f"at {args.brokers} brokers / 30 s")
+    changed = [cluster_body(c, args.topics, counter=2) for c in range(clusters)]
+    bumped = register_all([register_request(b, b // args.brokers_per_cluster, changed[b // args.brokers_per_cluster])
+                           for b in range(args.brokers)])
+    print(f"  one topic changed (new DataVersion): mean {statistics.mean(bumped) * 1e3:.1f} ms, "
+          f"max {max(bumped) * 1e3:.1f} ms; RSS {rss_mb():.0f} MB")
 
     all_topics = routes.all_topics().topic_list
     queried = all_topics[:: max(1, len(all_topics) // args.query_topics)][: args.query_topics]
