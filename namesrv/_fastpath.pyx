@@ -1171,7 +1171,7 @@ def scan_registration(data, tuple table_path not None, previous):
     d.tables = 0
     d.escaped_key = False
     try:
-        value = _scan(data, table_path, &d)
+        value = _scan(data, table_path, &d, False)
         if d.tables != 1 or d.escaped_key or _has_repeated_key(d.entries, d.count):
             return scan_registration(data, table_path, None) if d.omitted else (value, None, 0)
         return value, PyBytes_FromStringAndSize(<const char *>d.entries, d.count * sizeof(_Entry)), d.omitted
@@ -1196,11 +1196,70 @@ cdef bint _has_repeated_key(const _Entry *entries, Py_ssize_t count) except -1:
         PyMem_Free(seen)
 
 
-cdef object _scan(data, tuple table_path, _Digests *digests):
-    """The whole document at `data` (raises _NotForMe for what is not for this scanner)."""
+def count_entries(data, tuple table_path not None):
+    """How many members the object at `table_path` has, as `orjson.loads` would see them, or None;
+    see `namesrv._purepath.count_entries`. Nothing is built: members are only syntax-checked."""
+    if not table_path:
+        return None
+    try:
+        return _scan(data, table_path, NULL, True)
+    except (_NotForMe, UnicodeDecodeError):
+        return None
+
+
+cdef Py_ssize_t _count_at(_Json *j, int depth, tuple path, Py_ssize_t step) except -2:
+    """At an object's '{': the member count of the object at path[step:] within it, -1 if there is
+    none (as orjson keeps them, the last of repeated keys counts)."""
+    cdef Py_ssize_t found = -1
+    cdef object key
+    if _opened_empty(j, depth, 125):
+        return -1
+    while True:
+        if _peek(j) != 34:
+            raise _NotForMe
+        key = _key(j)
+        _expect(j, 58)
+        if key == path[step] and _peek(j) == 123:
+            found = _members(j, depth + 1) if step + 1 == len(path) else _count_at(j, depth + 1, path, step + 1)
+        else:
+            if key == path[step]:
+                found = -1
+            _skip_value(j, depth)
+        if not _more(j, 125):
+            return found
+
+
+cdef Py_ssize_t _members(_Json *j, int depth) except -2:
+    """At an object's '{': its member count. Keys must be told apart by their bytes, so a key with
+    escapes or a repeated key is not for this scanner."""
+    cdef _Digests d
+    cdef Py_ssize_t start, length
+    memset(&d, 0, sizeof(d))
+    if _opened_empty(j, depth, 125):
+        return 0
+    try:
+        while True:
+            if _peek(j) != 34 or _string_span(j, &start, &length) & STR_ESCAPED:
+                raise _NotForMe
+            _note_entry(&d, 0, _digest(j.p + start, length) >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
+            _expect(j, 58)
+            _skip_value(j, depth)
+            if not _more(j, 125):
+                break
+        if _has_repeated_key(d.entries, d.count):
+            raise _NotForMe
+        return d.count
+    finally:
+        PyMem_Free(d.entries)
+
+
+cdef object _scan(data, tuple table_path, _Digests *digests, bint counting):
+    """The whole document at `data`, or (`counting`) the member count of the object at `table_path`
+    in it; raises _NotForMe for what is not for this scanner."""
     cdef Py_buffer view
     cdef _Json j
     cdef object value
+    cdef Py_ssize_t count
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         j.p = <const unsigned char *>view.buf
@@ -1208,7 +1267,14 @@ cdef object _scan(data, tuple table_path, _Digests *digests):
         j.end = view.len
         j.digests = digests
         _skip_ws(&j)
-        if table_path and _peek(&j) == 123:
+        if counting:
+            if _peek(&j) != 123:
+                raise _NotForMe
+            count = _count_at(&j, 1, table_path, 0)
+            if count < 0:
+                raise _NotForMe  # no object at the path
+            value = count
+        elif table_path and _peek(&j) == 123:
             value = _object(&j, 1, table_path, 0)
         else:
             value = _value(&j, 0)

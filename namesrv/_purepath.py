@@ -223,6 +223,24 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
     return obj, None, 0
 
 
+def count_entries(data: bytes | bytearray | memoryview, table_path: tuple[str, ...]) -> int | None:
+    """How many members the object at `table_path` (keys from the top) has in `orjson.loads(data)`,
+    or None: not strict JSON, or no object there (the caller's lenient parser then decides).
+
+    The reference the Cython twin is tested against: it may return None where this does not (a
+    repeated key, a key with escapes, floats...), never another count.
+    """
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    for step in table_path:
+        if type(obj) is not dict:
+            return None
+        obj = obj.get(step)
+    return len(obj) if type(obj) is dict and table_path else None
+
+
 _OPAQUE_KEY = b'"opaque":'
 _PREFIX = struct.Struct(">ii")
 

@@ -10,24 +10,24 @@ from __future__ import annotations
 import os
 
 if os.environ.get("NAMESRV_PURE_PYTHON") == "1":
-    from namesrv._purepath import (body_crc32, decode_binary_header, encode_binary_header, json_opaque_key,
-                                   queue_fields, route_hits, scan_registration, split_frames,
+    from namesrv._purepath import (body_crc32, count_entries, decode_binary_header, encode_binary_header,
+                                   json_opaque_key, queue_fields, route_hits, scan_registration, split_frames,
                                    stamp_frame)
 
     IMPLEMENTATION = "python"
 else:
     try:
-        from namesrv._fastpath import (body_crc32, decode_binary_header, encode_binary_header, json_opaque_key,
-                                       queue_fields, route_hits, scan_registration, split_frames,
+        from namesrv._fastpath import (body_crc32, count_entries, decode_binary_header, encode_binary_header,
+                                       json_opaque_key, queue_fields, route_hits, scan_registration, split_frames,
                                        stamp_frame)
 
         IMPLEMENTATION = "cython"
     except ImportError:  # extension not built: same functions, same results, slower
-        from namesrv._purepath import (body_crc32, decode_binary_header, encode_binary_header, json_opaque_key,
-                                       queue_fields, route_hits, scan_registration, split_frames,
+        from namesrv._purepath import (body_crc32, count_entries, decode_binary_header, encode_binary_header,
+                                       json_opaque_key, queue_fields, route_hits, scan_registration, split_frames,
                                        stamp_frame)
 
         IMPLEMENTATION = "python"
 
-__all__ = ["IMPLEMENTATION", "body_crc32", "decode_binary_header", "encode_binary_header", "json_opaque_key",
-           "queue_fields", "route_hits", "scan_registration", "split_frames", "stamp_frame"]
+__all__ = ["IMPLEMENTATION", "body_crc32", "count_entries", "decode_binary_header", "encode_binary_header",
+           "json_opaque_key", "queue_fields", "route_hits", "scan_registration", "split_frames", "stamp_frame"]

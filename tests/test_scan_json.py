@@ -1,4 +1,5 @@
-"""`scan_registration`'s parse (registration bodies straight to queue-fields tuples) on both fast paths.
+"""`scan_registration`'s parse (registration bodies straight to queue-fields tuples) and
+`count_entries` (a topic table's size, for maxTopicsPerRegistration) on both fast paths.
 
 What it leaves out against a previous registration is tested in test_scan_registration.py.
 
@@ -58,6 +59,14 @@ def scanned(impl, data: Any, path: tuple[str, ...]) -> object:
     value, _, omitted = result
     assert omitted == 0
     return value
+
+
+def counts(impl, data: bytes, path: tuple[str, ...]) -> int | None:
+    """impl's count_entries, checked to be None or exactly the reference's; returns it."""
+    got = impl.count_entries(data, path)
+    if got is not None:
+        assert got == _purepath.count_entries(data, path), (data[:200], got)
+    return got
 
 
 def agrees(impl, data: bytes, path: tuple[str, ...]) -> object:
@@ -237,30 +246,49 @@ def documents(draw) -> tuple[Any, tuple[str, ...]]:
 @PROPERTY
 @given(document=documents(), style=STYLES)
 def test_valid_json_is_read_exactly_as_the_reference_and_never_refused(impl, document, style):
+    """Both the parse and the topic count (`count_entries`), which must answer for compact JSON."""
     value, path = document
     data = serialize(value, style)
     assert scanned(_purepath, data, path) is not None or to_python(value) is None
     got = agrees(impl, data, path)
     assert got is not None or to_python(value) is None
+    counted = counts(impl, data, path)
+    table = to_python(value)
+    for step in path:
+        table = table.get(step) if isinstance(table, dict) else None
+    plain_keys = isinstance(table, dict) and all(key.isascii() and key.isprintable() and '"' not in key
+                                                 and "\\" not in key for key in table)
+    if style[0] == "orjson" and plain_keys and path and scanned(impl, data, ()) is not None:
+        assert counted is not None  # compact, keys without escapes, nothing beyond the scanner: it must count
+
+
+#: Up to three random byte edits (offset, how, bytes) of a serialized document.
+EDITS = st.lists(st.tuples(st.integers(0, 10 ** 6), st.sampled_from(["delete", "insert", "replace"]),
+                           st.binary(max_size=3)), min_size=1, max_size=3)
+
+
+def edited(data: bytes, edits: list[tuple[int, str, bytes]]) -> bytes:
+    out = bytearray(data)
+    for offset, how, chunk in edits:
+        at = offset % (len(out) + 1)
+        if how == "delete":
+            del out[at:at + 1 + len(chunk)]
+        elif how == "insert":
+            out[at:at] = chunk or b'"'
+        else:
+            out[at:at + len(chunk)] = chunk
+    return bytes(out)
 
 
 @each_impl
 @PROPERTY
-@given(document=documents(), style=STYLES, edits=st.lists(
-    st.tuples(st.integers(0, 10 ** 6), st.sampled_from(["delete", "insert", "replace"]), st.binary(max_size=3)),
-    min_size=1, max_size=3))
+@given(document=documents(), style=STYLES, edits=EDITS)
 def test_any_bytes_give_none_or_the_reference(impl, document, style, edits):
+    """Both the parse and the topic count (`count_entries`)."""
     value, path = document
-    data = bytearray(serialize(value, style))
-    for offset, how, chunk in edits:
-        at = offset % (len(data) + 1)
-        if how == "delete":
-            del data[at:at + 1 + len(chunk)]
-        elif how == "insert":
-            data[at:at] = chunk or b'"'
-        else:
-            data[at:at + len(chunk)] = chunk
-    agrees(impl, bytes(data), path)
+    data = edited(serialize(value, style), edits)
+    agrees(impl, data, path)
+    counts(impl, data, path)
 
 
 @each_impl
@@ -274,9 +302,23 @@ def test_floats_and_huge_integers_give_none_or_the_reference(impl, value, path):
     agrees(impl, json.dumps(to_python(value)).encode(), path)  # orjson.dumps refuses the huge integers
 
 
+@each_impl
+def test_count_entries_of_registration_bodies(impl):
+    assert counts(impl, fleet_body(100), TABLE_PATH) == 100
+    assert counts(impl, fleet_body(3, version=36), LEGACY_PATH) == 3  # before 3.0.11: the wrapper alone
+    assert impl.count_entries(fleet_body(3), ()) is None
+    assert impl.count_entries(b'{"topicConfigTable":[{}]}', LEGACY_PATH) is None  # no object there
+    assert impl.count_entries(b'{"topicConfigTable":{"a":1,"b":2}', LEGACY_PATH) is None  # unterminated
+    # The last of repeated keys counts, as orjson keeps it; repeated topics count once (the
+    # Cython scanner, which tells keys apart by their bytes, leaves those to the reference).
+    assert counts(impl, b'{"topicConfigTable":{"a":1},"topicConfigTable":{"a":1,"b":2}}', LEGACY_PATH) == 2
+    assert counts(impl, b'{"topicConfigTable":{"a":1,"a":2}}', LEGACY_PATH) in (1, None)
+    assert counts(impl, b'{"topicConfigTable":{"a":1,"\\u0061":2}}', LEGACY_PATH) in (1, None)
+
+
 # ---------------------------------------------------------------- registration bodies
 
-def fleet_body(topics: int, version: Version = Version.V5_3_3) -> bytes:
+def fleet_body(topics: int, version: int = Version.V5_3_3) -> bytes:
     """What bench/storm's brokers register (the wrapper alone for a version before 3.0.11)."""
     fleet = FleetShape(brokers=1, topics_per_broker=topics, queues_per_topic=8, clusters=1, slaves_per_master=0,
                        serialize="json")

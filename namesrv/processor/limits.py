@@ -9,17 +9,19 @@ undecoded body, cheaply:
   so only that prefix is inflated;
 * JSON forms: every topic entry takes at least 4 bytes (`0:{},`), so a body of at most 4 x limit
   bytes cannot exceed it (the common case, free); nor can one with no more `{` than the limit
-  (every topic is a JSON object of its own; one C-speed byte count); only a body with more is
-  parsed (orjson, no TopicConfig objects) to count its topicConfigTable exactly.
+  (every topic is a JSON object of its own; one C-speed byte count); only a body with more has its
+  topicConfigTable's members counted exactly: by the fast path's scanner, which builds nothing
+  (100,000 topics: 20 ms, against 160 ms for orjson), else by the lenient parser.
 """
 from __future__ import annotations
 
 import struct
 import zlib
 
+from namesrv import fastpath
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import Version
-from namesrv.protocol.topic import MAX_INFLATED_BODY
+from namesrv.protocol.topic import LEGACY_TABLE_PATH, MAX_INFLATED_BODY, TABLE_PATH
 
 _INT32 = struct.Struct(">i")
 
@@ -72,6 +74,9 @@ def _inflate_prefix(body: bytes, size: int) -> bytes:
 
 def _json_topic_count(body: bytes, version: int) -> int | None:
     """Entries of the topicConfigTable, located as RegisterBrokerBody.decode locates it."""
+    count = fastpath.count_entries(body, LEGACY_TABLE_PATH if version < Version.V3_0_11 else TABLE_PATH)
+    if count is not None:
+        return count
     if version < Version.V3_0_11:
         wrapper = jsonbody.loads(body, "TopicConfigSerializeWrapper")
     else:

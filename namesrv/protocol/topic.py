@@ -331,8 +331,8 @@ class RegisterBrokerBody:
 
 #: Where a JSON registration body keeps its topic table: in the RegisterBrokerBody's wrapper since
 #: 3.0.11; before, the wrapper was the whole body.
-_TABLE_PATH = ("topicConfigSerializeWrapper", "topicConfigTable")
-_LEGACY_TABLE_PATH = ("topicConfigTable",)
+TABLE_PATH = ("topicConfigSerializeWrapper", "topicConfigTable")
+LEGACY_TABLE_PATH = ("topicConfigTable",)
 
 
 def _decode_json_body(data: bytes, version: int, read_wrapper: Callable[[Any], Any],
@@ -363,7 +363,7 @@ def decode_registration(data: bytes | None, compressed: bool = False, version: i
     thousands changes, and only that one is then read (see TopicQueueTable).
     """
     if data and not (compressed and version >= Version.V3_0_11):
-        path = _LEGACY_TABLE_PATH if version < Version.V3_0_11 else _TABLE_PATH
+        path = LEGACY_TABLE_PATH if version < Version.V3_0_11 else TABLE_PATH
         scanned = fastpath.scan_registration(data, path, previous)
         if scanned is None:
             return _decode_json_body(data, version, TopicQueueTable.from_dict)
