@@ -1219,11 +1219,12 @@ cdef Py_ssize_t _count_at(_Json *j, int depth, tuple path, Py_ssize_t step) exce
             raise _NotForMe
         key = _key(j)
         _expect(j, 58)
-        if key == path[step] and _peek(j) == 123:
+        if key != path[step]:
+            _skip_value(j, depth)
+        elif _peek(j) == 123:
             found = _members(j, depth + 1) if step + 1 == len(path) else _count_at(j, depth + 1, path, step + 1)
         else:
-            if key == path[step]:
-                found = -1
+            found = -1  # the last of repeated keys counts, and this one is no object
             _skip_value(j, depth)
         if not _more(j, 125):
             return found

@@ -59,7 +59,6 @@ class RegistrationHeader:
         return (len(body), crc, zlib.adler32(body), self.compressed, self.version >= Version.V3_0_11,
                 self.version >= Version.V5_0_0)
 
-
     def body_intact(self, crc: int) -> bool:
         """Is `crc` (the body's masked CRC32) the announced one? Announcing 0 skips the check."""
         return self.body_crc32 == 0 or crc == self.body_crc32

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 
+from namesrv.protocol.codes import INT32_MAX, INT32_MIN
 from namesrv.protocol.command import RemotingCommand
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
-_RANGES = {32: ("Integer", -(2 ** 31), 2 ** 31 - 1), 64: ("Long", -(2 ** 63), 2 ** 63 - 1)}
+_RANGES = {32: ("Integer", INT32_MIN, INT32_MAX), 64: ("Long", -(2 ** 63), 2 ** 63 - 1)}
 _MAX_DIGITS = len(str(2 ** 63))  # significant digits of the widest value in any range
 
 

@@ -27,7 +27,6 @@ from namesrv.protocol.errors import ProtocolError
 from namesrv.protocol.json_header import decode_json_header
 
 
-
 class PreparedRegistration(NamedTuple):
     """A REGISTER_BROKER header read once: its fields for the route table, and the request minus opaque and body."""
 

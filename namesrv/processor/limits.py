@@ -21,7 +21,7 @@ import zlib
 from namesrv import fastpath
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import Version
-from namesrv.protocol.topic import LEGACY_TABLE_PATH, MAX_INFLATED_BODY, TABLE_PATH
+from namesrv.protocol.topic import MAX_INFLATED_BODY, table_path
 
 _INT32 = struct.Struct(">i")
 
@@ -74,7 +74,7 @@ def _inflate_prefix(body: bytes, size: int) -> bytes:
 
 def _json_topic_count(body: bytes, version: int) -> int | None:
     """Entries of the topicConfigTable, located as RegisterBrokerBody.decode locates it."""
-    count = fastpath.count_entries(body, LEGACY_TABLE_PATH if version < Version.V3_0_11 else TABLE_PATH)
+    count = fastpath.count_entries(body, table_path(version))
     if count is not None:
         return count
     if version < Version.V3_0_11:

@@ -22,12 +22,12 @@ from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.route_handlers import wants_standard_json
 from namesrv.processor.seen_headers import JSON_FIELD, OpaqueTemplate
-from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode, SerializeType
+from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, INT32_MAX, INT32_MIN, RequestCode, ResponseCode, \
+    SerializeType
 from namesrv.protocol.command import RemotingCommand
 
 _ROUTE_QUERY = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
 NOT_PLAIN = FLAG_RESPONSE | FLAG_ONEWAY
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 
 
 class RouteQuery(NamedTuple):
@@ -48,8 +48,8 @@ def parse_json_route_query(header: bytes) -> tuple[int, RouteQuery] | None:
     flag, opaque, version = fields.get("flag", 0), fields.get("opaque", 0), fields.get("version", 0)
     ext, remark = fields.get("extFields"), fields.get("remark")
     if (type(flag) is not int or type(opaque) is not int or type(version) is not int or type(ext) is not dict
-            or flag & NOT_PLAIN or not _INT32_MIN <= opaque <= _INT32_MAX
-            or not _INT32_MIN <= flag <= _INT32_MAX or not _INT32_MIN <= version <= _INT32_MAX
+            or flag & NOT_PLAIN or not INT32_MIN <= opaque <= INT32_MAX
+            or not INT32_MIN <= flag <= INT32_MAX or not INT32_MIN <= version <= INT32_MAX
             or (remark is not None and type(remark) is not str)):
         return None
     for value in ext.values():

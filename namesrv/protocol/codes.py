@@ -91,6 +91,9 @@ SERVER_VERSION = Version.V5_3_3
 FLAG_RESPONSE = 0x1
 FLAG_ONEWAY = 0x2
 
+#: Java's int range: code, flag, opaque, version and a topic's int fields must fit in it.
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
 #: Permission bits of a topic / queue (PermName).
 PERM_INHERIT = 1
 PERM_WRITE = 2

@@ -9,14 +9,13 @@ from typing import Any
 
 from namesrv import fastpath
 from namesrv.protocol import jsonbody
-from namesrv.protocol.codes import PERM_READ, PERM_WRITE, Version
+from namesrv.protocol.codes import INT32_MAX, INT32_MIN, PERM_READ, PERM_WRITE, Version
 from namesrv.protocol.errors import ProtocolError
 from namesrv.protocol.jsonbody import as_int, dumps, expect, get_bool, get_dict, get_int, get_list, get_str, string_list
 
 _INT32 = struct.Struct(">i")
 #: TopicFilterType's names.
 FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 #: One topic as the route table reads it: (topicName, readQueueNums, writeQueueNums, perm, topicSysFlag).
 QueueFields = tuple[str, int, int, int, int]
 #: A compressed body may inflate to at most this much (a zlib bomb must not exhaust memory).
@@ -111,8 +110,8 @@ class TopicConfig:
         if (type(topic) is str and topic and type(read) is int and type(write) is int and type(perm) is int
                 and type(sys_flag) is int and type(order) is bool and type(filter_type) is str
                 and filter_type in FILTER_TYPES and (attributes is None or type(attributes) is dict)
-                and _INT32_MIN <= read <= _INT32_MAX and _INT32_MIN <= write <= _INT32_MAX
-                and _INT32_MIN <= perm <= _INT32_MAX and _INT32_MIN <= sys_flag <= _INT32_MAX):
+                and INT32_MIN <= read <= INT32_MAX and INT32_MIN <= write <= INT32_MAX
+                and INT32_MIN <= perm <= INT32_MAX and INT32_MIN <= sys_flag <= INT32_MAX):
             return cls(topic, read, write, perm, filter_type, sys_flag, order, attributes)
         return None
 
@@ -335,6 +334,11 @@ TABLE_PATH = ("topicConfigSerializeWrapper", "topicConfigTable")
 LEGACY_TABLE_PATH = ("topicConfigTable",)
 
 
+def table_path(version: int) -> tuple[str, ...]:
+    """Where a JSON registration body sent by a broker of `version` keeps its topic table."""
+    return LEGACY_TABLE_PATH if version < Version.V3_0_11 else TABLE_PATH
+
+
 def _decode_json_body(data: bytes, version: int, read_wrapper: Callable[[Any], Any],
                       scanned: Any = None) -> tuple[Any, list[str] | None]:
     """(wrapper, filter servers) of a JSON body: the wrapper alone before 3.0.11, else inside a RegisterBrokerBody.
@@ -363,11 +367,8 @@ def decode_registration(data: bytes | None, compressed: bool = False, version: i
     thousands changes, and only that one is then read (see TopicQueueTable).
     """
     if data and not (compressed and version >= Version.V3_0_11):
-        path = LEGACY_TABLE_PATH if version < Version.V3_0_11 else TABLE_PATH
-        scanned = fastpath.scan_registration(data, path, previous)
-        if scanned is None:
-            return _decode_json_body(data, version, TopicQueueTable.from_dict)
-        value, entries, omitted = scanned
+        # None: not for the scanner; the lenient parser reads the body
+        value, entries, omitted = fastpath.scan_registration(data, table_path(version), previous) or (None, None, 0)
         table, servers = _decode_json_body(data, version, TopicQueueTable.from_dict, value)
         table.entries, table.omitted, table.omitted_since = entries, omitted, previous if omitted else None
         return table, servers

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from namesrv.channel import Channel
@@ -18,7 +18,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.msgpack_codec import encode_msgpack
-from namesrv.remoting.endpoints import ZMQ_TRANSPORT, Job
+from namesrv.remoting.endpoints import ZMQ_TRANSPORT, AnswerInline, Job
 from namesrv.remoting.executors import BoundedExecutor
 from namesrv.remoting.outbox import Delivery, Outbox
 
@@ -52,11 +52,9 @@ class RequestDispatcher:
     def __init__(self, config: NamesrvConfig, processor: Processor, outbox: Outbox, *,
                  route_query_codes: Iterable[int], supported_codes: Iterable[int],
                  replicator: Replicator | None = None, write_codes: Iterable[int] = (),
-                 answer_inline: Callable[[list[bytes], Channel], tuple[list[bytes], list[RemotingCommand]]] | None = None) -> None:
+                 answer_inline: AnswerInline | None = None) -> None:
         self._processor = processor
-        #: Answers the reactor may give itself, no executor involved: the raw frames of one chunk (no
-        #: length prefix) and their connection in; (whole response frames, the requests to dispatch,
-        #: decoded) out (namesrv.processor.inline).
+        #: Answers the reactor may give itself, no executor involved.
         self.answer_inline = answer_inline
         #: Where applied `write_codes` requests are published to sibling worker processes (namesrv.workers).
         self._replicator = replicator

@@ -31,6 +31,9 @@ from namesrv.protocol.msgpack_codec import decode_msgpack
 log = logging.getLogger(__name__)
 
 Job = tuple[Channel, RemotingCommand]
+#: Answers the reactor gives itself: the raw frames of one chunk (no length prefix) and their
+#: connection in; (whole response frames, the requests to dispatch, decoded) out (namesrv.processor.inline).
+AnswerInline = Callable[[list[bytes], Channel], tuple[list[bytes], list[RemotingCommand]]]
 
 #: Channel.transport of the two endpoints.
 TCP_TRANSPORT = "tcp"
@@ -224,7 +227,7 @@ class StreamEndpoint(Endpoint):
 
     def __init__(self, sock: zmq.Socket, max_backlog_bytes: int, on_closed: Callable[[Channel], None],
                  max_frame_length: int, *, max_connections: int = 0,
-                 answer_inline: Callable[[list[bytes], Channel], tuple[list[bytes], list[RemotingCommand]]] | None = None) -> None:
+                 answer_inline: AnswerInline | None = None) -> None:
         super().__init__(sock, max_backlog_bytes, on_closed, max_connections=max_connections)
         self._max_frame_length = max_frame_length
         self._answer_inline = answer_inline

@@ -157,8 +157,7 @@ class RouteInfoManager:
                 return None
             applies_topics = broker_id == MASTER_ID or (
                 enable_acting_master is not None and broker_id == min(group.broker_addrs))
-            if applies_topics and not (live.topics_applied
-                                       and live.queue_changes_seen == self._queue_changes.get(broker_name, 0)):
+            if applies_topics and not (live.topics_applied and self._queues_unchanged_since(live, broker_name)):
                 return None
             live.last_update_timestamp = self._clock()
             if live.channel != channel:
@@ -188,9 +187,10 @@ class RouteInfoManager:
                          registration: tuple | None) -> RegisterBrokerResult | None:
         group = self._brokers.get(broker_name)
         topics = wrapper.queue_fields()
-        omitted = wrapper.omitted if isinstance(wrapper, TopicQueueTable) else 0
+        decoded = wrapper if isinstance(wrapper, TopicQueueTable) else None  # only a decoded table has entries
+        omitted = 0 if decoded is None else decoded.omitted
         if omitted and not self._holds_entries_locked(cluster_name, broker_addr, broker_name, broker_id,
-                                                      wrapper.omitted_since):
+                                                      decoded.omitted_since):
             raise StaleTopicEntries(f"{broker_name}[{broker_id}] {broker_addr}: the route table changed since "
                                     f"the entries {omitted} topics were left out against")
         # Step 7, checked first: an incremental single-topic registration must follow a full one
@@ -243,9 +243,8 @@ class RouteInfoManager:
                                       register_first, version_changed,
                                       wipe_write=is_prime_slave and group.enable_acting_master)
         # A master's table applied in full (a new DataVersion) is what the route table now holds.
-        entries = wrapper.entries if (isinstance(wrapper, TopicQueueTable) and is_master and
-                                      (register_first or version_changed)
-                                      and not self._config.delete_topic_with_broker_registration) else None
+        entries = decoded.entries if decoded is not None and is_master and (register_first or version_changed) \
+            else None
         self._set_live(key, BrokerLiveInfo(  # step 11
             self._clock(), _timeout(heartbeat_timeout_millis), wrapper.data_version, channel, ha_server_addr,
             registration, is_master or is_prime_slave, self._queue_changes.get(broker_name, 0), entries))
@@ -264,8 +263,12 @@ class RouteInfoManager:
         live = self._live.get((cluster_name, broker_addr))
         return (live is not None and entries is not None and live.topic_entries is entries
                 and live.registration is not None and live.registration[1:3] == (broker_name, broker_id)
-                and live.queue_changes_seen == self._queue_changes.get(broker_name, 0)
+                and self._queues_unchanged_since(live, broker_name)
                 and not self._config.delete_topic_with_broker_registration)
+
+    def _queues_unchanged_since(self, live: BrokerLiveInfo, broker_name: str) -> bool:
+        """Has no queue entry of the group been put or removed since `live` was registered?"""
+        return live.queue_changes_seen == self._queue_changes.get(broker_name, 0)
 
     def _master_of_locked(self, group: BrokerData, cluster_name: str, broker_id: int) -> RegisterBrokerResult:
         """A slave learns its live master's address and HA address."""
