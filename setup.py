@@ -35,7 +35,7 @@ def extensions() -> list:
         return []
     from setuptools import Extension
 
-    ext = Extension("namesrv._fastpath", ["namesrv/_fastpath.pyx"], libraries=["z"], extra_compile_args=["-O3"])
+    ext = Extension("namesrv._fastpath", ["namesrv/_fastpath.pyx"], extra_compile_args=["-O3"])
     return cythonize([ext], language_level=3, compiler_directives={"boundscheck": False, "wraparound": False})
 
 
@@ -48,6 +48,6 @@ setup(
     package_data={"namesrv": ["*.pyx"]},
     ext_modules=extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
-    install_requires=["pyzmq", "msgpack", "psutil", "orjson"],
+    install_requires=["pyzmq", "msgpack", "psutil", "orjson", "isal", "xxhash"],
     entry_points={"console_scripts": ["namesrv = namesrv.cli:main", "namesrv-admin = namesrv.admin:main"]},
 )

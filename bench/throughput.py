@@ -267,6 +267,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.generators} generator process(es), {args.rounds} ABAB rounds of {args.leg_seconds} s legs")
         report = {}
         for workload in built:
+            # A registration workload's connection owns the broker when it closes: namesrv then
+            # removes the broker, as RocketMQ does. Register it again for the next workload.
+            registration, previous = register_once(namesrv_address, fleet), registration
+            previous.close()
             legs: dict[str, list[LegResult]] = {"ceiling": [], "namesrv": []}
             for _ in range(args.rounds):
                 for target, address, pid, expect in (("ceiling", ceiling_address, ceiling_pid, None),

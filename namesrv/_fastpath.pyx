@@ -31,14 +31,11 @@ cdef extern from "Python.h":
     long long PyLong_AsLongLongAndOverflow(object value, int *overflow) except? -1
 
 
-cdef extern from "zlib.h" nogil:
-    unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int length)
+from isal.isal_zlib import crc32 as _isal_crc32
 
 
 cdef enum:
     FIXED_LEN = 21                # code, language, version, opaque, flag, remarkLength, extLength
-    CRC_CHUNK = 1 << 30           # zlib takes an unsigned int length
-    CRC_NOGIL_FROM = 64 * 1024    # below this, dropping the GIL costs more than it lets others run
     KEY_CACHE_SLOTS = 256         # a power of two
     KEY_CACHE_MAX_LEN = 48        # longer keys are not field names
 
@@ -313,30 +310,12 @@ def encode_binary_header(code, language, version, opaque, flag, remark, ext_fiel
 
 
 def body_crc32(data):
-    """The masked CRC32 RocketMQ puts in `bodyCrc32`; see `namesrv._purepath.body_crc32`."""
+    """The masked CRC32 RocketMQ puts in `bodyCrc32`; see `namesrv._purepath.body_crc32`. The CRC32
+    is ISA-L's (isal: carry-less multiply, 5-10x zlib's table walk); the pure twin's zlib gives the
+    same value."""
     if not data:
         return 0
-    cdef Py_buffer view
-    cdef const unsigned char *p
-    cdef Py_ssize_t left
-    cdef unsigned int chunk
-    cdef unsigned long crc = 0
-    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-    try:
-        p = <const unsigned char *>view.buf
-        left = view.len
-        if left < CRC_NOGIL_FROM:
-            crc = crc32(crc, p, <unsigned int>left)
-        else:
-            with nogil:
-                while left > 0:
-                    chunk = <unsigned int>(CRC_CHUNK if left > CRC_CHUNK else left)
-                    crc = crc32(crc, p, chunk)
-                    p += chunk
-                    left -= chunk
-    finally:
-        PyBuffer_Release(&view)
-    return crc & 0x7FFFFFFF
+    return _isal_crc32(data) & 0x7FFFFFFF
 
 
 

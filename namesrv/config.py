@@ -118,6 +118,11 @@ class NamesrvConfig:
         "brokers cannot send it. It travels in clear text, so pair it with adminAllowedNetworks; with both set "
         "a request must pass both. Shown redacted by GET_NAMESRV_CONFIG.",
         "", locked=True, secret=True, check=check_admin_token)
+    inline_registration_max_body_bytes: int = _key(
+        "A changed REGISTER_BROKER body (uncompressed) of at most this many bytes is applied on the reactor "
+        "thread instead of the default executor: a worker thread would hold the interpreter lock just as long, "
+        "and the hand-off there and back costs more than the work. Larger bodies, whose decode would hold up "
+        "every connection, go to the executor. 0 = every changed registration goes to the executor.", 65536)
     max_topics_per_registration: int = _key(
         "Most topics one REGISTER_BROKER body may carry; a larger body is refused with SYSTEM_ERROR before it is "
         "decoded (a 16 MiB body of empty topics costs seconds of CPU and hundreds of MiB to decode). "

@@ -1,9 +1,12 @@
-"""The reactor answers an unchanged re-registration exactly as the regular path, or steps aside.
+"""The reactor answers a registration exactly as the regular path, or steps aside.
 
 For every registration the inline path answers, its bytes must equal `RequestProcessor.process(...)
-.encode()` and its effect on the route table must be the regular refresh's (liveness, channel);
-anything else (a first registration, a changed body, a CRC32 mismatch, a refresh the route table
-declines, a oneway or malformed header) it must leave to the regular path (None).
+.encode()` and its effect on the route table must be the regular path's. With
+inlineRegistrationMaxBodyBytes=0 (the `server` fixture) only unchanged repeats are answered (a
+liveness refresh); anything else (a first registration, a changed body, a CRC32 mismatch, a
+refresh the route table declines, a oneway or malformed header) is left to the regular path
+(None). With the default, a changed body up to that size is applied inline as well, checked
+against a twin server that takes every request the regular way.
 """
 from __future__ import annotations
 
@@ -63,7 +66,8 @@ def registration(header: dict = MASTER, data: bytes | None = None, *, opaque: in
 
 @pytest.fixture
 def server(tmp_path) -> Server:
-    return Server(tmp_path)
+    """Only unchanged repeats are answered inline."""
+    return Server(tmp_path, inline_registration_max_body_bytes=0)
 
 
 @pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
@@ -88,7 +92,7 @@ def test_a_slave_learns_its_master_inline(server):
 
 
 def test_order_topic_config_is_returned_inline(tmp_path):
-    server = Server(tmp_path, return_order_topic_config_to_broker=True)
+    server = Server(tmp_path, return_order_topic_config_to_broker=True, inline_registration_max_body_bytes=0)
     server.regular(registration())
     server.kv.put(ORDER_TOPIC_CONFIG, "T1", "b1:4")
     frame = registration(opaque=5)
@@ -158,7 +162,8 @@ def test_a_registration_from_memory_is_the_parsed_one(server):
 @settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(opaque=st.integers(-(2 ** 31), 2 ** 31 - 1), version=st.sampled_from([Version.V4_9_4, Version.V5_3_3]),
        serialize_type=st.sampled_from([SerializeType.JSON, SerializeType.ROCKETMQ]),
-       header=st.sampled_from([MASTER, SLAVE]), topics=st.integers(0, 5))
+       header=st.sampled_from([MASTER, SLAVE]),
+       topics=st.sampled_from([0, 2, 3, 5]))  # a first registration of one topic is refused (#4522)
 def test_any_repeat_matches_the_regular_path(server, opaque, version, serialize_type, header, topics):
     data = body(topics)
     server.regular(registration(header, data, version=version, serialize_type=serialize_type))
@@ -187,3 +192,103 @@ def test_a_real_server_answers_pipelined_repeats_and_sees_changes(namesrv_factor
     client = raw_connect(server.address)
     route = client.call(client.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T4"}))
     assert route.code == ResponseCode.SUCCESS and b"b1" in route.body
+
+
+class Twins:
+    """A server answering registrations inline (the default inlineRegistrationMaxBodyBytes unless
+    given) and a twin taking every request the regular way; `send` compares their answers."""
+
+    def __init__(self, tmp_path, **config) -> None:
+        (tmp_path / "inline").mkdir()
+        (tmp_path / "regular").mkdir()
+        self.inline = Server(tmp_path / "inline", **config)
+        self.twin = Server(tmp_path / "regular", **config)
+        self.replicated: list[bytes] = []
+
+    def send(self, frame: bytes, channel: Channel = BROKER) -> tuple[bool, RemotingCommand]:
+        """(answered inline?, the answer); the executor's path answers what the inline one left."""
+        reply = self.inline.inline(frame, channel)
+        inline = type(reply) is bytes
+        answer = reply if inline else self.inline.regular(frame, channel)
+        assert answer == self.twin.regular(frame, channel)
+        assert self.inline.routes.snapshot() == self.twin.routes.snapshot()
+        return inline, RemotingCommand.decode(answer[4:])
+
+
+def with_topics(names: list[str], counter: int, perm: int = 6) -> bytes:
+    wrapper = TopicConfigSerializeWrapper({name: TopicConfig(name, 4, 4, perm) for name in names},
+                                          DataVersion(counter, 1))
+    return RegisterBrokerBody(wrapper, []).encode()
+
+
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_a_changed_body_is_applied_inline_as_the_regular_path_applies_it(tmp_path, serialize_type):
+    twins = Twins(tmp_path)
+    topics = [f"T{i}" for i in range(6)]
+    steps = [
+        (MASTER, with_topics(topics, 1)),  # a new broker
+        (MASTER, with_topics(topics, 1)),  # the unchanged repeat
+        (MASTER, with_topics(topics, 2, perm=4)),  # every topic read-only
+        (MASTER, with_topics(topics[:3] + ["U1"], 3)),  # topics gone and added
+        (SLAVE, with_topics(topics, 1)),  # a slave (its topics are not applied)
+        (MASTER, with_topics(topics[:3] + ["U1"], 4, perm=2)),
+        (MASTER, b""),  # an empty body
+    ]
+    for opaque, (header, data) in enumerate(steps, 1):
+        inline, answer = twins.send(registration(header, data, opaque=opaque, serialize_type=serialize_type))
+        assert inline and answer.code == ResponseCode.SUCCESS and answer.opaque == opaque
+    assert twins.inline.routes.pickup_topic_route("U1") is not None
+    assert twins.inline.routes.pickup_topic_route("T5") is not None  # left out is not deleted (RocketMQ)
+
+
+def test_an_admin_change_between_registrations_is_undone_inline(tmp_path):
+    twins = Twins(tmp_path)
+    twins.send(registration(data=with_topics(["A", "B"], 1)))
+    for server in (twins.inline, twins.twin):
+        server.routes.wipe_write_perm_of_broker("b1")
+    inline, _ = twins.send(registration(data=with_topics(["A", "B"], 2), opaque=2))
+    assert inline and twins.inline.routes.pickup_topic_route("A").queue_datas[0].perm == 6
+
+
+def test_refusals_are_answered_inline_as_the_regular_path_answers_them(tmp_path):
+    twins = Twins(tmp_path, max_topics_per_registration=3)
+    inline, answer = twins.send(registration(data=with_topics(["A", "B", "C", "D"], 1)))
+    assert inline and answer.code == ResponseCode.SYSTEM_ERROR and "maxTopicsPerRegistration=3" in answer.remark
+    inline, answer = twins.send(registration(data=with_topics(["A"], 1), opaque=2))  # single topic, first
+    assert inline and answer.code == ResponseCode.SYSTEM_ERROR and answer.remark == "register broker failed"
+
+
+@pytest.mark.parametrize("config, data, extra", [
+    ({"inline_registration_max_body_bytes": 0}, with_topics(["A", "B"], 1), {}),
+    ({"inline_registration_max_body_bytes": 200}, with_topics([f"T{i}" for i in range(5)], 1), {}),
+    ({}, RegisterBrokerBody(TopicConfigSerializeWrapper({name: TopicConfig(name, 4, 4) for name in "AB"},
+                                                        DataVersion(1, 1)), []).encode(compressed=True),
+     {"compressed": "true"}),
+])
+def test_large_and_compressed_bodies_go_to_the_executor(tmp_path, config, data, extra):
+    twins = Twins(tmp_path, **config)
+    inline, answer = twins.send(registration(data=data, extra=extra))
+    assert not inline and answer.code == ResponseCode.SUCCESS
+
+
+def test_only_an_applied_registration_is_replicated(tmp_path):
+    replicated: list[bytes] = []
+    server = Server(tmp_path, max_topics_per_registration=3)
+    server.processor.inline.registrations._replicate = lambda frame, channel: replicated.append(frame)
+    refused = registration(data=with_topics(["A", "B", "C", "D"], 1))
+    applied, repeat = registration(data=with_topics(["A", "B"], 2), opaque=2), registration(
+        data=with_topics(["A", "B"], 2), opaque=3)
+    for frame in (refused, applied, repeat):
+        assert type(server.inline(frame, BROKER)) is bytes
+    assert replicated == [applied, repeat]
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.sampled_from([MASTER, SLAVE]), st.lists(st.sampled_from("ABCDEF"), max_size=6),
+                                st.sampled_from([2, 4, 6]), st.integers(1, 3)), min_size=1, max_size=8),
+       serialize_type=st.sampled_from([SerializeType.JSON, SerializeType.ROCKETMQ]))
+def test_any_sequence_of_registrations_matches_the_regular_path(tmp_path_factory, steps, serialize_type):
+    twins = Twins(tmp_path_factory.mktemp("twins"))
+    for opaque, (header, topics, perm, counter) in enumerate(steps):
+        twins.send(registration(header, with_topics(topics, counter, perm), opaque=opaque,
+                                serialize_type=serialize_type))

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import logging
-import zlib
 from dataclasses import dataclass
 from typing import Any
+
+from xxhash import xxh3_64_intdigest
 
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
@@ -52,11 +53,12 @@ class RegistrationHeader:
         """Everything the decoded body depends on: its bytes, the codec flag, the version thresholds.
 
         The body's length, its CRC32 (`crc`, computed for the bodyCrc32 check anyway) and its
-        Adler-32: two independent 32-bit checksums, a third of SHA-1's cost. They only guard
-        against accidental equality: a broker can only ever collide with its own previous
-        registration, and whatever it sends is taken as its topic table anyway.
+        64-bit XXH3: independent checksums (XXH3 reads 20 KB in half a microsecond, a sixteenth of
+        Adler-32's time). They only guard against accidental equality: a broker can only ever
+        collide with its own previous registration, and whatever it sends is taken as its topic
+        table anyway.
         """
-        return (len(body), crc, zlib.adler32(body), self.compressed, self.version >= Version.V3_0_11,
+        return (len(body), crc, xxh3_64_intdigest(body), self.compressed, self.version >= Version.V3_0_11,
                 self.version >= Version.V5_0_0)
 
     def body_intact(self, crc: int) -> bool:
@@ -92,7 +94,7 @@ def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Chan
     A master's new DataVersion usually changes a few topics of its table: the fast path then
     reads only the topic entries that changed since its previous registration.
     """
-    registration = RegistrationHeader.read(request)
+    registration = request.typed_header(RegistrationHeader)
     identity = registration.identity
     if not registration.body_intact(request.body_crc32()):
         log.warning("REGISTER_BROKER of %s from %s: body crc32 does not match %d", identity["broker_addr"], channel,

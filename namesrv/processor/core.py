@@ -90,7 +90,8 @@ class RequestProcessor:
         self._admin_guard = AdminGuard.from_config(config)
         self.replicator = replicator
         #: Requests answered from raw frames (the reactor's shortcut past `process`).
-        self.inline = InlineAnswers(self._ctx, None if replicator is None else replicator.publish_request)
+        self.inline = InlineAnswers(self._ctx, self.process,
+                                    None if replicator is None else replicator.publish_request)
 
     def process(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """The response to `request` (also for oneway requests: the server drops it)."""

@@ -1,12 +1,13 @@
 """The requests the reactor answers itself, straight from their frames, no executor involved.
 
-Two kinds of request dominate a NameServer's traffic and almost always have an answer ready:
-route queries whose encoded route is cached (`RouteQueryFastPath`) and brokers' periodic
-re-registrations of an unchanged topic table (`RegistrationFastPath`). For them the hand-off to
-a worker thread and back, and the header parse, cost more than the answer. `InlineAnswers.answer`
-reads the header once per peer and request shape (`SeenHeaders`; a repeat costs a lookup),
-then lets the matching fast path answer or step aside (None): everything else, and every case
-those paths do not own, takes the regular path through the executors.
+Two kinds of request dominate a NameServer's traffic and almost always have an answer ready, or
+one quickly made: route queries whose encoded route is cached (`RouteQueryFastPath`) and
+brokers' registrations of small topic tables, unchanged or not (`RegistrationFastPath`). For
+them the hand-off to a worker thread and back, and the header parse, cost more than the answer.
+`InlineAnswers.answer` reads the header once per peer and request shape (`SeenHeaders`; a repeat
+costs a lookup, a registration with a new body's CRC32 a rebinding), then lets the matching fast
+path answer or step aside (None): everything else, and every case those paths do not own, takes
+the regular path through the executors.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from namesrv.channel import Channel
 from namesrv.processor.broker_handlers import RegistrationHeader
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.header import BadRequest
-from namesrv.processor.register_fast_path import RegistrationFastPath, Replicate
+from namesrv.processor.register_fast_path import Process, RegistrationFastPath, Replicate
 from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, parse_json_route_query, \
     route_query_of
 from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, JSON_FIELD, SeenHeaders
@@ -34,10 +35,21 @@ class PreparedRegistration(NamedTuple):
     request: RemotingCommand
 
     def with_(self, opaque: int, body: bytes | None) -> RemotingCommand:
-        """The request these header bytes and `body` decode to (RemotingCommand.decode without the parse)."""
+        """The request these header bytes and `body` decode to (RemotingCommand.decode without the
+        parse), its header read."""
         r = self.request
-        return RemotingCommand(r.code, language=r.language, version=r.version, opaque=opaque, flag=r.flag,
-                               remark=r.remark, ext_fields=r.ext_fields, body=body, serialize_type=r.serialize_type)
+        request = RemotingCommand(r.code, language=r.language, version=r.version, opaque=opaque, flag=r.flag,
+                                  remark=r.remark, ext_fields=r.ext_fields, body=body, serialize_type=r.serialize_type)
+        request.keep_typed_header(self.header)
+        return request
+
+    def with_body_crc(self, digits: str) -> PreparedRegistration:
+        """The same header with the bodyCrc32 `digits` (of an int32) instead."""
+        header, r = self
+        return PreparedRegistration(
+            RegistrationHeader(header.identity, int(digits), header.compressed, header.version),
+            RemotingCommand(r.code, language=r.language, version=r.version, flag=r.flag, remark=r.remark,
+                            ext_fields={**r.ext_fields, "bodyCrc32": digits}, serialize_type=r.serialize_type))
 
 
 #: What a header asks of the inline paths: a route query, a registration, or None (not theirs).
@@ -49,10 +61,10 @@ class InlineAnswers:
     """`answer(frame, channel)`: the whole response frame, or the request to dispatch (decoded, or None:
     decode it). Reactor thread only."""
 
-    def __init__(self, ctx: HandlerContext, replicate: Replicate | None = None) -> None:
+    def __init__(self, ctx: HandlerContext, process: Process, replicate: Replicate | None = None) -> None:
         self.route_queries = RouteQueryFastPath(ctx)
-        self.registrations = RegistrationFastPath(ctx, replicate)
-        self._seen: SeenHeaders[Inline] = SeenHeaders(_read_header)
+        self.registrations = RegistrationFastPath(ctx, process, replicate)
+        self._seen: SeenHeaders[Inline] = SeenHeaders(_read_header, _with_body_crc)
 
     def answer_all(self, frames: list[bytes], channel: Channel) -> tuple[list[bytes], list[RemotingCommand]]:
         """The frames of one received chunk: (answers, the requests to dispatch, decoded).
@@ -97,6 +109,11 @@ class InlineAnswers:
         request = what.with_(opaque, frame[body_at:] or None)
         reply = self.registrations.answer(what.header, request, frame, channel)
         return request if reply is None else reply
+
+
+def _with_body_crc(what: Inline, digits: str) -> Inline:
+    """What a header says with other bodyCrc32 digits: only a registration reads them."""
+    return what.with_body_crc(digits) if type(what) is PreparedRegistration else what
 
 
 def _read_header(serialize_field: int, header: bytes) -> tuple[int, Inline] | None:

@@ -1,4 +1,5 @@
-"""REGISTER_BROKER answered on the reactor thread when it is the periodic repeat of an unchanged body.
+"""REGISTER_BROKER answered on the reactor thread: the periodic repeat of an unchanged body, and
+a changed body small enough to apply at once.
 
 A broker re-registers every 30 seconds, and almost always with the topic table it sent last time.
 The regular path recognises that by the body's fingerprint and only refreshes the broker's
@@ -8,9 +9,11 @@ the work itself. Here the header is known from the broker's previous registratio
 liveness refresh is the regular path's own (`RouteInfoManager.refresh_registration`), and the
 answer is a pre-encoded header with the opaque patched in.
 
-A body that changed, a CRC32 mismatch, a refresh the route table declines (the group changed,
-topics were removed since...) step aside to the regular path with None; the bytes answered here
-are the ones it would send (tests/test_register_fast_path.py).
+A changed body up to inlineRegistrationMaxBodyBytes (uncompressed) goes through the regular
+path's own `RequestProcessor.process` here: the new DataVersion usually changes a few topics,
+which costs less than the hand-off (an executor thread would hold the interpreter lock as long).
+A larger or compressed body and a CRC32 mismatch step aside to the executors with None; the bytes
+answered here are the ones the regular path would send (tests/test_register_fast_path.py).
 """
 from __future__ import annotations
 
@@ -29,13 +32,16 @@ _TEMPLATES = 1024
 
 #: Called with each applied registration's frame (no length prefix) and its connection.
 Replicate = Callable[[bytes, Channel], None]
+#: The regular path (RequestProcessor.process).
+Process = Callable[[RemotingCommand, Channel], RemotingCommand]
 
 
 class RegistrationFastPath:
-    """`answer(...)`: the response frame to an unchanged re-registration, else None (reactor thread only)."""
+    """`answer(...)`: the response frame to a registration answered here, else None (reactor thread only)."""
 
-    def __init__(self, ctx: HandlerContext, replicate: Replicate | None = None) -> None:
+    def __init__(self, ctx: HandlerContext, process: Process, replicate: Replicate | None = None) -> None:
         self._ctx = ctx
+        self._process = process
         self._replicate = replicate
         self._templates: dict[tuple[int, str | None, str | None], OpaqueTemplate] = {}
 
@@ -46,7 +52,7 @@ class RegistrationFastPath:
             return None  # the regular path answers "crc32 not match"
         result = refresh_if_unchanged(self._ctx, registration, request, channel)
         if result is None:
-            return None
+            return self._apply(registration, request, frame, channel)
         if self._replicate is not None:
             self._replicate(frame, channel)
         key = (request.serialize_type, result.ha_server_addr, result.master_addr)
@@ -57,3 +63,14 @@ class RegistrationFastPath:
             template = self._templates[key] = OpaqueTemplate(
                 request.make_response(ResponseCode.SUCCESS, ext_fields=registration_ext_fields(result)))
         return template.frame(request.opaque, order_topics_body(self._ctx))
+
+    def _apply(self, registration: RegistrationHeader, request: RemotingCommand, frame: bytes,
+               channel: Channel) -> bytes | None:
+        """A changed registration through the regular path, if its body is small enough to apply here."""
+        limit = self._ctx.config.inline_registration_max_body_bytes
+        if not limit or registration.compressed or len(request.body or b"") > limit:
+            return None
+        response = self._process(request, channel)
+        if self._replicate is not None and response.code == ResponseCode.SUCCESS:
+            self._replicate(frame, channel)
+        return response.encode()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Protocol, TypeVar
 
 from namesrv import fastpath
 from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, SERVER_VERSION, LanguageCode, SerializeType
@@ -10,6 +11,14 @@ from namesrv.protocol.json_header import decode_json_header, encode_json_header
 
 _PREFIX = struct.Struct(">ii")  # totalLength, headerField
 _MAX_HEADER_LENGTH = 0xFFFFFF  # the header length shares its int32 with the serialize-type byte
+
+
+class TypedHeader(Protocol):
+    @classmethod
+    def read(cls, request: RemotingCommand) -> TypedHeader: ...
+
+
+H = TypeVar("H", bound=TypedHeader)
 
 
 class RemotingCommand:
@@ -22,7 +31,7 @@ class RemotingCommand:
 
     #: What travels on the wire (equality compares these).
     WIRE_FIELDS = ("code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body", "serialize_type")
-    __slots__ = (*WIRE_FIELDS, "_body_crc32")
+    __slots__ = (*WIRE_FIELDS, "_body_crc32", "_typed_header")
 
     def __init__(
         self,
@@ -47,6 +56,7 @@ class RemotingCommand:
         self.body = body
         self.serialize_type = serialize_type
         self._body_crc32: tuple[bytes | None, int] | None = None
+        self._typed_header: tuple[dict[str, str] | None, object] | None = None
 
     def body_crc32(self) -> int:
         """The masked CRC32 of the body (0 without one), computed once per body: the reactor's
@@ -55,6 +65,18 @@ class RemotingCommand:
         if memo is None or memo[0] is not self.body:
             memo = self._body_crc32 = (self.body, fastpath.body_crc32(self.body or b""))
         return memo[1]
+
+    def typed_header(self, kind: type[H]) -> H:
+        """`kind.read(self)`: a handler's typed reading of `ext_fields`, done once per request
+        (the reactor's inline path reads a registration's header, the handler reuses it)."""
+        memo = self._typed_header
+        if memo is None or memo[0] is not self.ext_fields or type(memo[1]) is not kind:
+            memo = self._typed_header = (self.ext_fields, kind.read(self))
+        return memo[1]
+
+    def keep_typed_header(self, header: object) -> None:
+        """`header` is what `typed_header(type(header))` reads: keep it."""
+        self._typed_header = (self.ext_fields, header)
 
     @classmethod
     def request(

@@ -1,0 +1,114 @@
+"""SeenHeaders: a header read from memory says exactly what its parse says.
+
+A broker's registration with a new body differs from its previous one in the opaque and in the
+bodyCrc32 digits; SeenHeaders remembers such a header without both and rebinds the value. Here the
+parse is the inline path's own (`namesrv.processor.inline._read_header`), counted, and every
+header read is compared with a fresh parse: decoys (a bodyCrc32 outside extFields, two of them, a
+remark spelling one out, digits past int32) must never make memory answer differently.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from namesrv import fastpath
+from namesrv.processor.inline import PreparedRegistration, _read_header, _with_body_crc
+from namesrv.processor.seen_headers import JSON_FIELD, ROCKETMQ_FIELD, SeenHeaders
+from namesrv.protocol.codes import LanguageCode, RequestCode
+
+_EXT = '"brokerName":"b1","brokerAddr":"10.0.0.1:10911","clusterName":"c1","brokerId":"0"'
+_TAIL = '"flag":0,"language":"JAVA","opaque":{o},"serializeTypeCurrentRPC":"JSON","version":479}}'
+#: JSON REGISTER_BROKER headers around an opaque {o} and digits {c}: the first is what brokers send.
+JSON_SHAPES = [
+    '{{"code":103,"extFields":{{' + _EXT + ',"bodyCrc32":"{c}"}},' + _TAIL,
+    '{{"code":103,"extFields":{{"bodyCrc32":"{c}",' + _EXT + '}},' + _TAIL,
+    '{{"bodyCrc32":"{c}","code":103,"extFields":{{' + _EXT + ',"bodyCrc32":77}},' + _TAIL,  # a decoy at the top
+    '{{"bodyCrc32":"{c}","code":103,"extFields":{{' + _EXT + '}},' + _TAIL,  # only the decoy
+    '{{"code":103,"extFields":{{' + _EXT + ',"bodyCrc32":"{c}","bodyCrc32":"5"}},' + _TAIL,  # twice
+    '{{"code":103,"x":{{"bodyCrc32":"{c}"}},"extFields":{{' + _EXT + ',"bodyCrc32":"9"}},' + _TAIL,
+    '{{"code":103,"remark":"\\"bodyCrc32\\":\\"{c}\\"","extFields":{{' + _EXT + ',"bodyCrc32":"9"}},' + _TAIL,
+    '{{"code":103,"extFields":{{' + _EXT + ',"bodyCrc32":"{c}"}},"flag":1,"opaque":{o},"version":479}}',  # oneway
+    '{{"code":105,"extFields":{{"topic":"T","bodyCrc32":"{c}"}},"flag":0,"opaque":{o},"version":479}}',  # a query
+]
+IDENTITY = {"brokerName": "b1", "brokerAddr": "10.0.0.1:10911", "clusterName": "c1", "brokerId": "0"}
+DIGITS = st.one_of(st.integers(0, 2 ** 31 - 1).map(str), st.from_regex(r"0[0-9]{1,9}", fullmatch=True),
+                   st.sampled_from(["2147483647", "2147483648", "9999999999", "12345678901", "", "-1", "1a", " 1",
+                                    "77", "9", "5"]))  # the decoys' own digits: they must not teach memory
+OPAQUES = st.integers(-(2 ** 31), 2 ** 31 - 1)
+
+
+def binary_header(opaque: int, digits: str, shape: int) -> bytes:
+    """A binary REGISTER_BROKER header: 0 plain, 1 a remark spelling the field out, 2 the field twice
+    (once in the remark), 3 only the remark's."""
+    ext = dict(IDENTITY) if shape == 3 else {**IDENTITY, "bodyCrc32": digits}
+    decoy = "\x00\tbodyCrc32\x00\x00\x00" + chr(len(digits)) + digits
+    remark = {0: None, 1: "x" + decoy.replace("bodyCrc32", "bodyCrc3"), 2: decoy, 3: decoy}[shape]
+    return fastpath.encode_binary_header(RequestCode.REGISTER_BROKER, LanguageCode.JAVA, 479, opaque, 0, remark, ext)
+
+
+class CountedParse:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, serialize_field: int, header: bytes):
+        self.calls += 1
+        return _read_header(serialize_field, header)
+
+
+@pytest.fixture
+def seen():
+    parse = CountedParse()
+    return parse, SeenHeaders(parse, _with_body_crc)
+
+
+def test_a_new_body_crc_is_read_from_memory(seen):
+    parse, headers = seen
+    shape = JSON_SHAPES[0]
+    first = headers.read(JSON_FIELD, shape.format(o=1, c="104391605").encode())
+    assert type(first[1]) is PreparedRegistration and parse.calls == 2  # the parse, and the check with other digits
+    for opaque, digits in [(2, "7"), (3, "2147483647"), (4, "0012"), (5, "7")]:
+        header = shape.format(o=opaque, c=digits).encode()
+        read = headers.read(JSON_FIELD, header)
+        assert read == _read_header(JSON_FIELD, header) and read[1].header.body_crc32 == int(digits)
+        assert read[1].request.ext_fields["bodyCrc32"] == digits
+    assert parse.calls == 2
+
+
+def test_a_binary_header_with_a_new_body_crc_is_read_from_memory(seen):
+    """Its extFields length counts the digits: one parse per count of digits."""
+    parse, headers = seen
+    headers.read(ROCKETMQ_FIELD, binary_header(1, "104391605", 0))
+    calls = parse.calls
+    for opaque, digits in [(2, "704391605"), (3, "999999999"), (4, "000000001")]:
+        header = binary_header(opaque, digits, 0)
+        assert headers.read(ROCKETMQ_FIELD, header) == _read_header(ROCKETMQ_FIELD, header)
+    assert parse.calls == calls
+
+
+def test_digits_past_int32_are_parsed_afresh(seen):
+    parse, headers = seen
+    shape = JSON_SHAPES[0]
+    headers.read(JSON_FIELD, shape.format(o=1, c="5").encode())
+    calls = parse.calls
+    header = shape.format(o=2, c="2147483648").encode()
+    assert headers.read(JSON_FIELD, header) == _read_header(JSON_FIELD, header)
+    assert parse.calls == calls + 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(shape=st.sampled_from(JSON_SHAPES), reads=st.lists(st.tuples(OPAQUES, DIGITS), min_size=1, max_size=6))
+def test_any_json_header_from_memory_is_its_parse(shape, reads):
+    headers = SeenHeaders(_read_header, _with_body_crc)
+    for opaque, digits in reads:
+        header = shape.format(o=opaque, c=digits).encode()
+        assert headers.read(JSON_FIELD, header) == _read_header(JSON_FIELD, header)
+
+
+@settings(max_examples=200, deadline=None)
+@given(shape=st.integers(0, 3), reads=st.lists(st.tuples(OPAQUES, DIGITS), min_size=1, max_size=6))
+def test_any_binary_header_from_memory_is_its_parse(shape, reads):
+    headers = SeenHeaders(_read_header, _with_body_crc)
+    for opaque, digits in reads:
+        header = binary_header(opaque, digits, shape)
+        assert headers.read(ROCKETMQ_FIELD, header) == _read_header(ROCKETMQ_FIELD, header)
