@@ -77,7 +77,9 @@ class NamesrvConfig:
     listen_port: int = _key("RocketMQ remoting TCP port.", 9876)
     server_worker_threads: int = _key("RocketMQ's codec worker threads (namesrv decodes on the reactor).", 8)
     server_callback_executor_threads: int = _key("Threads of the public executor (unregistered codes); 0 = 4.", 0)
-    server_selector_threads: int = _key("ZeroMQ context I/O threads (RocketMQ's selector threads).", 3)
+    server_selector_threads: int = _key(
+        "ZeroMQ context I/O threads (RocketMQ's selector threads); with serverWorkerProcesses > 1 shared by the "
+        "workers (at least one each).", 3)
     server_oneway_semaphore_value: int = _key("Oneway requests in flight at once; beyond it they are dropped.", 256)
     server_async_semaphore_value: int = _key("RocketMQ's async-call bound (namesrv makes no async calls).", 64)
     server_channel_max_idle_time_seconds: int = _key("Close a connection with no traffic for this many seconds.", 120)

@@ -22,6 +22,7 @@ import zmq
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
+from namesrv.controller import selector_threads
 from namesrv.kvconfig import KVConfigManager
 from namesrv.launcher import NamesrvProcess, NamesrvStartError
 from namesrv.processor import RequestProcessor
@@ -338,3 +339,9 @@ def test_a_memory_only_view_changes_the_shared_table_and_never_the_file(tmp_path
     replica.delete("NS", "k")
     assert json.loads(kv.path.read_text()) == {"configTable": {"NS": {"k": "v", "k2": "v2"}}}
     assert kv.export_table() == {"NS": {"k2": "v2"}}
+
+
+@pytest.mark.parametrize("configured, workers, each", [(3, 1, 3), (3, 2, 1), (3, 3, 1), (3, 8, 1), (8, 2, 4),
+                                                        (1, 4, 1)])
+def test_workers_share_the_selector_threads(configured, workers, each):
+    assert selector_threads(NamesrvConfig(server_selector_threads=configured), workers) == each
