@@ -14,7 +14,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fastpath_cases import IMPLEMENTATIONS, _fastpath, needs_extension
@@ -514,6 +514,10 @@ def test_json_opaque_key_implementations_agree(header):
 
 
 @settings(max_examples=300)
+@example(head=b"", tail=b"", opaque=-2 ** 31, body=None, serialize_type=0)
+@example(head=b"", tail=b"", opaque=2 ** 31 - 1, body=None, serialize_type=0)
+@example(head=b"", tail=b"", opaque=0, body=None, serialize_type=0)
+@example(head=b"", tail=b"", opaque=-10, body=None, serialize_type=0)
 @given(head=st.binary(max_size=64), tail=st.binary(max_size=64), opaque=st.integers(-2 ** 31, 2 ** 31 - 1),
        body=st.one_of(st.none(), st.binary(max_size=256)), serialize_type=st.sampled_from([0, 1]))
 def test_stamp_frame_is_what_remotingcommand_would_frame(head, tail, opaque, body, serialize_type):

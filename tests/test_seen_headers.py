@@ -73,6 +73,7 @@ def test_a_new_body_crc_is_read_from_memory(seen):
         assert read == _read_header(JSON_FIELD, header) and read[1].header.body_crc32 == int(digits)
         assert read[1].request.ext_fields["bodyCrc32"] == digits
     assert parse.calls == 2
+    assert len(headers.json) == 1  # the latest header whole (its repeat's lookup), not one per CRC32
 
 
 def test_a_binary_header_with_a_new_body_crc_is_read_from_memory(seen):

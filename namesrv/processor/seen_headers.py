@@ -46,7 +46,8 @@ class SeenHeaders(Generic[T]):
     int32 digits is remembered without those digits instead, with `with_body_crc(value, digits)`
     (what the same header with other digits says) to rebind its value; only when that holds of
     the parsed header's own digits and of one other parsed value, which shows those digits are
-    the ones the parse reads. Single-threaded (the reactor's).
+    the ones the parse reads. The latest header of each is also remembered whole, so the periodic
+    repeat of a registration is found at once. Single-threaded (the reactor's).
     """
 
     def __init__(self, parse: Callable[[int, bytes], tuple[int, T] | None],
@@ -57,8 +58,9 @@ class SeenHeaders(Generic[T]):
         #: JSON headers by `fastpath.json_opaque_key` (read by `fastpath.route_hits` too).
         self.json: dict[bytes, T] = {}
         self._binary: dict[bytes, T] = {}
-        #: Headers with a bodyCrc32, by their key without its digits: (the digits last seen, their value).
-        self._by_body_crc: dict[bytes, tuple[str, T]] = {}
+        #: Headers with a bodyCrc32, by their key without its digits: (the digits last seen, their
+        #: value, their key in `json`/`_binary`, where the latest of each is too: a repeat finds it there).
+        self._by_body_crc: dict[bytes, tuple[str, T, bytes]] = {}
 
     def read(self, serialize_field: int, header: bytes) -> tuple[int, T] | None:
         if serialize_field == JSON_FIELD:
@@ -83,9 +85,11 @@ class SeenHeaders(Generic[T]):
             cut, digits = key[:span[0]] + key[span[1]:], key[span[0]:span[1]].decode()
             memo = self._by_body_crc.get(cut)
             if memo is not None:
-                if memo[0] != digits:
-                    memo = self._by_body_crc[cut] = (digits, self._with_body_crc(memo[1], digits))
-                return opaque, memo[1]
+                value = memo[1] if memo[0] == digits else self._with_body_crc(memo[1], digits)
+                table.pop(memo[2], None)
+                self._remember(table, key, value)
+                self._by_body_crc[cut] = (digits, value, key)
+                return opaque, value
         parsed = self._parse(serialize_field, header)
         if (parsed is None or parsed[0] != opaque
                 or (serialize_field == JSON_FIELD and header.count(_OPAQUE_KEY) != 1)):
@@ -93,7 +97,8 @@ class SeenHeaders(Generic[T]):
         if span is None:
             self._remember(table, key, parsed[1])
         elif self._rebinds(serialize_field, header, find_crc(header), parsed[1]):
-            self._remember(self._by_body_crc, cut, (digits, parsed[1]))
+            self._remember(table, key, parsed[1])
+            self._remember(self._by_body_crc, cut, (digits, parsed[1], key))
         return parsed
 
     def _rebinds(self, serialize_field: int, header: bytes, span: tuple[int, int], value: T) -> bool:
