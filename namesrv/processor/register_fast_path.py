@@ -43,7 +43,7 @@ class RegistrationFastPath:
         self._ctx = ctx
         self._process = process
         self._replicate = replicate
-        self._templates: dict[tuple[int, str | None, str | None], OpaqueTemplate] = {}
+        self._templates: dict[tuple[int, tuple[tuple[str, str], ...]], OpaqueTemplate] = {}
 
     def answer(self, registration: RegistrationHeader, request: RemotingCommand, frame: bytes,
                channel: Channel) -> bytes | None:
@@ -55,14 +55,7 @@ class RegistrationFastPath:
             return self._apply(registration, request, frame, channel)
         if self._replicate is not None:
             self._replicate(frame, channel)
-        key = (request.serialize_type, result.ha_server_addr, result.master_addr)
-        template = self._templates.get(key)
-        if template is None:
-            if len(self._templates) >= _TEMPLATES:
-                self._templates.clear()
-            template = self._templates[key] = OpaqueTemplate(
-                request.make_response(ResponseCode.SUCCESS, ext_fields=registration_ext_fields(result)))
-        return template.frame(request.opaque, order_topics_body(self._ctx))
+        return self._success(request, registration_ext_fields(result), order_topics_body(self._ctx))
 
     def _apply(self, registration: RegistrationHeader, request: RemotingCommand, frame: bytes,
                channel: Channel) -> bytes | None:
@@ -71,6 +64,19 @@ class RegistrationFastPath:
         if not limit or registration.compressed or len(request.body or b"") > limit:
             return None
         response = self._process(request, channel)
-        if self._replicate is not None and response.code == ResponseCode.SUCCESS:
+        if response.code != ResponseCode.SUCCESS:
+            return response.encode()
+        if self._replicate is not None:
             self._replicate(frame, channel)
-        return response.encode()
+        return self._success(request, response.ext_fields or {}, response.body)
+
+    def _success(self, request: RemotingCommand, ext_fields: dict[str, str], body: bytes | None) -> bytes:
+        """The SUCCESS answer's frame: its header encoded once per codec and header fields, the opaque stamped in."""
+        key = (request.serialize_type, tuple(sorted(ext_fields.items())))
+        template = self._templates.get(key)
+        if template is None:
+            if len(self._templates) >= _TEMPLATES:
+                self._templates.clear()
+            template = self._templates[key] = OpaqueTemplate(
+                request.make_response(ResponseCode.SUCCESS, ext_fields=ext_fields))
+        return template.frame(request.opaque, body)

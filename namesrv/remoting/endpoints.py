@@ -257,8 +257,11 @@ class StreamEndpoint(Endpoint):
         answer = self._answer_inline
         if answer is None:
             return [RemotingCommand.decode(frame) for frame in conn.decoder.feed(message)]
+        frames = conn.decoder.feed(message)
+        if not frames:  # the middle of a large frame
+            return frames
         channel = conn.channel
-        replies, commands = answer(conn.decoder.feed(message), channel)
+        replies, commands = answer(frames, channel)
         if replies:
             self.send(channel.ident, replies, conn.last_active)
         return commands
