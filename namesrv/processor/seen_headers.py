@@ -96,15 +96,19 @@ class SeenHeaders(Generic[T]):
             return parsed
         if span is None:
             self._remember(table, key, parsed[1])
-        elif self._rebinds(serialize_field, header, find_crc(header), parsed[1]):
+        elif self._rebinds(serialize_field, header, find_crc(header), digits, parsed[1]):
             self._remember(table, key, parsed[1])
             self._remember(self._by_body_crc, cut, (digits, parsed[1], key))
         return parsed
 
-    def _rebinds(self, serialize_field: int, header: bytes, span: tuple[int, int], value: T) -> bool:
-        """Does `with_body_crc` say what `header` says, with its own bodyCrc32 digits and with others?"""
+    def _rebinds(self, serialize_field: int, header: bytes, span: tuple[int, int] | None, key_digits: str,
+                 value: T) -> bool:
+        """Does `with_body_crc` say what `header` says, with its own bodyCrc32 digits (found where
+        its key had them) and with others?"""
+        if span is None or header[span[0]:span[1]].decode() != key_digits:
+            return False  # cutting the binary opaque out made or broke a field name: not worth a memory
         digits = header[span[0]:span[1]]
-        if self._with_body_crc(value, digits.decode()) != value:
+        if self._with_body_crc(value, key_digits) != value:
             return False
         other = digits[:-1] + (b"1" if digits.endswith(b"0") else b"0")  # int32 still, same length
         parsed = self._parse(serialize_field, header[:span[0]] + other + header[span[1]:])
