@@ -127,3 +127,18 @@ def test_a_field_name_spanning_the_binary_opaque_is_never_remembered(seen):
         assert header[1:12] == fake
         assert headers.read(ROCKETMQ_FIELD, header) == _read_header(ROCKETMQ_FIELD, header)
     assert parse.calls == 2  # parsed each time, never from memory
+
+
+
+
+@settings(max_examples=300, deadline=None)
+@given(code=st.sampled_from([103, 105, 0x0100, 0x0964]), language=st.integers(0, 255), version=st.integers(0, 32767),
+       flag=st.integers(0, 2 ** 31 - 1), remark=st.one_of(st.none(), st.sampled_from(["", "\x00\tbodyCrc32", "x"])),
+       reads=st.lists(st.tuples(OPAQUES, DIGITS), min_size=1, max_size=4))
+def test_any_binary_header_with_any_fixed_fields_from_memory_is_its_parse(code, language, version, flag, remark,
+                                                                          reads):
+    headers = SeenHeaders(_read_header, _with_body_crc)
+    for opaque, digits in reads:
+        header = fastpath.encode_binary_header(code, language, version, opaque, flag, remark,
+                                               {**IDENTITY, "bodyCrc32": digits})
+        assert headers.read(ROCKETMQ_FIELD, header) == _read_header(ROCKETMQ_FIELD, header)
