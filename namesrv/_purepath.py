@@ -282,7 +282,6 @@ def stamp_frame(head: bytes, tail: bytes, opaque: int, body: bytes | None, seria
                      head, stamp, tail, body))
 
 
-
 def route_hits(frames: list[bytes], seen: dict, query_type: type, lookup: Callable[[object], bytes | None],
                head: bytes, tail: bytes) -> tuple[list[bytes], list[bytes]]:
     """The reactor's commonest answers in one call per received chunk: (answers, the other frames).

@@ -105,9 +105,9 @@ class SeenHeaders(Generic[T]):
                  value: T) -> bool:
         """Does `with_body_crc` say what `header` says, with its own bodyCrc32 digits (found where
         its key had them) and with others?"""
-        if span is None or header[span[0]:span[1]].decode() != key_digits:
+        digits = None if span is None else header[span[0]:span[1]]
+        if digits is None or digits.decode() != key_digits:
             return False  # cutting the binary opaque out made or broke a field name: not worth a memory
-        digits = header[span[0]:span[1]]
         if self._with_body_crc(value, key_digits) != value:
             return False
         other = digits[:-1] + (b"1" if digits.endswith(b"0") else b"0")  # int32 still, same length

@@ -254,10 +254,10 @@ class StreamEndpoint(Endpoint):
 
     def _decode(self, conn: Connection, message: bytes) -> list[RemotingCommand]:
         """Frames `answer_inline` answers are answered here and now (once the whole message decoded)."""
+        frames = conn.decoder.feed(message)
         answer = self._answer_inline
         if answer is None:
-            return [RemotingCommand.decode(frame) for frame in conn.decoder.feed(message)]
-        frames = conn.decoder.feed(message)
+            return [RemotingCommand.decode(frame) for frame in frames]
         if not frames:  # the middle of a large frame
             return frames
         channel = conn.channel

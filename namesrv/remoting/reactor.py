@@ -47,13 +47,13 @@ class Reactor:
     """The server's I/O thread: bind, start, pause reading, stop after flushing."""
 
     def __init__(self, config: NamesrvConfig, dispatcher: RequestDispatcher, outbox: Outbox,
-                 on_channel_closed: Callable[[Channel], None], io_threads: int | None = None) -> None:
-        """`io_threads`: the ZeroMQ context's I/O threads (default serverSelectorThreads)."""
+                 on_channel_closed: Callable[[Channel], None], io_threads: int) -> None:
+        """`io_threads`: the ZeroMQ context's I/O threads (namesrv.controller.selector_threads)."""
         self._config = config
         self._dispatcher = dispatcher
         self._outbox = outbox
         self._on_channel_closed = on_channel_closed
-        self._context = zmq.Context(io_threads=io_threads or config.server_selector_threads)
+        self._context = zmq.Context(io_threads=io_threads)
         self._endpoints: dict[str, Endpoint] = {}
         self._thread = threading.Thread(target=self._run, name="NamesrvReactor", daemon=True)
         self._paused = False
