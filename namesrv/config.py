@@ -37,6 +37,17 @@ def _key(doc: str, default: Any, remote: bool = False, locked: bool = False, sec
                                             "check": check})
 
 
+def _inert(why: str, default: Any) -> Any:
+    """A RocketMQ key namesrv has no use for: accepted at its default (so RocketMQ's own config
+    files load), refused with `why` at any other value; a key is never accepted and ignored."""
+    shown = ("true" if default else "false") if isinstance(default, bool) else default
+
+    def only_default(value: Any) -> None:
+        if value != default:
+            raise ValueError(f"{why}; only RocketMQ's default ({shown}) is accepted")
+    return _key(f"{why}. Only RocketMQ's default ({shown}) is accepted.", default, check=only_default)
+
+
 @dataclass
 class NamesrvConfig:
     # --- NamesrvConfig (RocketMQ) ---
@@ -46,8 +57,10 @@ class NamesrvConfig:
                                str(_HOME / "namesrv" / "kvConfig.json"), locked=True)
     config_store_path: str = _key("Where UPDATE_NAMESRV_CONFIG persists the config (the -c file when given).",
                                   str(_HOME / "namesrv" / "namesrv.properties"), locked=True)
-    product_env_name: str = _key("RocketMQ's clusterTest product environment name (kept for compatibility).", "center")
-    cluster_test: bool = _key("RocketMQ's clusterTest mode (not supported; must stay false).", False)
+    product_env_name: str = _inert("RocketMQ's clusterTest product environment name: namesrv has no clusterTest mode",
+                                   "center")
+    cluster_test: bool = _inert("RocketMQ's clusterTest mode (routes from a product environment's NameServer) is "
+                                "not implemented", False)
     order_message_enable: bool = _key("Add orderTopicConf (KV namespace ORDER_TOPIC_CONFIG) to topic routes.", False,
                                       remote=True)
     return_order_topic_config_to_broker: bool = _key(
@@ -57,14 +70,17 @@ class NamesrvConfig:
     client_request_thread_pool_queue_capacity: int = _key("Queue bound of the route-query executor.", 50000)
     default_thread_pool_queue_capacity: int = _key("Queue bound of the default executor.", 10000)
     scan_not_active_broker_interval: int = _key("Period of the expired-broker scan, ms.", 5000)
-    un_register_broker_queue_capacity: int = _key("Bound of pending unregistrations.", 3000)
+    un_register_broker_queue_capacity: int = _inert(
+        "RocketMQ 5.x queues unregistrations (BatchUnregistrationService); namesrv applies each at once, so "
+        "nothing is queued", 3000)
     support_acting_master: bool = _key("Promote the lowest slave to id 0 in routes of acting-master groups.", False,
                                        remote=True)
     enable_all_topic_list: bool = _key("Answer GET_ALL_TOPIC_LIST_FROM_NAMESERVER (else SYSTEM_ERROR 'disable').",
                                        True, remote=True)
     enable_topic_list: bool = _key("Answer cluster/unit topic-list queries (else SYSTEM_ERROR 'disable').", True,
                                    remote=True)
-    notify_min_broker_id_changed: bool = _key("RocketMQ's min-broker-id notification (not sent by namesrv).", False)
+    notify_min_broker_id_changed: bool = _inert("RocketMQ's NOTIFY_MIN_BROKER_ID_CHANGE to brokers is not "
+                                                "implemented", False)
     need_wait_for_service: bool = _key("Refuse route queries for waitSecondsForService after start.", False)
     wait_seconds_for_service: int = _key("Seconds route queries are refused after start when needWaitForService.",
                                          45)
@@ -75,19 +91,24 @@ class NamesrvConfig:
     # --- NettyServerConfig (RocketMQ) ---
     bind_address: str = _key("Address the RocketMQ TCP endpoint binds.", "0.0.0.0")
     listen_port: int = _key("RocketMQ remoting TCP port.", 9876)
-    server_worker_threads: int = _key("RocketMQ's codec worker threads (namesrv decodes on the reactor).", 8)
+    server_worker_threads: int = _inert(
+        "RocketMQ's Netty codec threads: namesrv decodes and dispatches on its reactor thread, where more threads "
+        "would only contend for the interpreter lock; use serverWorkerProcesses for more cores and "
+        "clientRequestThreadPoolNums/defaultThreadPoolNums for the executors", 8)
     server_callback_executor_threads: int = _key("Threads of the public executor (unregistered codes); 0 = 4.", 0)
     server_selector_threads: int = _key(
         "ZeroMQ context I/O threads (RocketMQ's selector threads); with serverWorkerProcesses > 1 shared by the "
         "workers (at least one each).", 3)
     server_oneway_semaphore_value: int = _key("Oneway requests in flight at once; beyond it they are dropped.", 256)
-    server_async_semaphore_value: int = _key("RocketMQ's async-call bound (namesrv makes no async calls).", 64)
+    server_async_semaphore_value: int = _inert("RocketMQ's bound of the server's own asynchronous calls: namesrv "
+                                               "makes none", 64)
     server_channel_max_idle_time_seconds: int = _key("Close a connection with no traffic for this many seconds.", 120)
     server_socket_snd_buf_size: int = _key("SO_SNDBUF of accepted connections; 0 = OS default.", 0)
     server_socket_rcv_buf_size: int = _key("SO_RCVBUF of accepted connections; 0 = OS default.", 0)
     write_buffer_high_water_mark: int = _key(
         "ZeroMQ send high-water mark per peer, in messages of up to 64 KiB; 0 = half of maxConnectionOutputBytes.", 0)
-    write_buffer_low_water_mark: int = _key("RocketMQ's low water mark (unused by ZeroMQ).", 0)
+    write_buffer_low_water_mark: int = _inert("Netty's low water mark: ZeroMQ's send pipe has only a high one "
+                                              "(writeBufferHighWaterMark)", 0)
     server_socket_backlog: int = _key("Listen backlog.", 1024)
     # --- namesrv's own ---
     zmq_listen_address: str = _key("ZeroMQ ROUTER endpoint for msgpack-framed native peers; empty disables.",

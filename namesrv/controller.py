@@ -21,7 +21,8 @@ from namesrv.channel import Channel
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
-from namesrv.processor import ROUTE_QUERY_CODES, SUPPORTED_CODES, WRITE_CODES, RequestProcessor
+from namesrv.processor import WRITE_CODES, RequestProcessor
+from namesrv.processor.requests import POOL_OF
 from namesrv.remoting import BindError, Outbox, Reactor, RequestDispatcher
 from namesrv.remoting.reactor import tcp_endpoint
 from namesrv.routeinfo import RouteInfoManager
@@ -116,15 +117,15 @@ class NamesrvController:
             if on_lost_sync is None:
                 raise ValueError("a worker process needs on_lost_sync")
             self.bus = ReplicationBus(worker, config, self.routes, self.kv, on_lost_sync)
-        replicator = None if self.bus is None else self.bus.replicator
-        self.processor = RequestProcessor(config, self.routes, self.kv, replicator=replicator)
+        replicate = None if self.bus is None else self.bus.replicator.publish_request
+        self.processor = RequestProcessor(config, self.routes, self.kv, replicate=replicate)
         self.outbox = Outbox()
         self.dispatcher = RequestDispatcher(config, self.processor, self.outbox,
-                                            route_query_codes=ROUTE_QUERY_CODES, supported_codes=SUPPORTED_CODES,
+                                            pool_of=POOL_OF,
                                             answer_inline=self.processor.inline.answer_all,
-                                            replicator=replicator, write_codes=WRITE_CODES)
+                                            replicate=replicate, write_codes=WRITE_CODES)
         self.reactor = Reactor(config, self.dispatcher, self.outbox,
-                               self.routes.on_channel_destroy if replicator is None else self._channel_closed,
+                               self.routes.on_channel_destroy if self.bus is None else self._channel_closed,
                                selector_threads(config, 1 if worker is None else worker.workers))
         self._tasks = PeriodicTasks()
         self._tasks.add("scanNotActiveBroker", config.scan_not_active_broker_interval / 1000,
@@ -187,7 +188,7 @@ class NamesrvController:
     def _channel_closed(self, channel: Channel) -> None:
         """A worker's connection closed: its brokers leave here, then in the siblings."""
         self.routes.on_channel_destroy(channel)
-        self.processor.replicator.publish_close(channel)
+        self.bus.replicator.publish_close(channel)
 
     def scan_not_active_brokers(self) -> None:
         """Expire silent brokers and close the connections they registered on (as RocketMQ does)."""

@@ -16,21 +16,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
-from typing import TYPE_CHECKING
 
-from namesrv.protocol.codes import RequestCode
-
-if TYPE_CHECKING:
-    from namesrv.config import NamesrvConfig
-
-#: Requests that change routes, KV or config for everyone (the issue 8 list). Broker traffic
-#: (REGISTER/UNREGISTER_BROKER, heartbeats) is not among them: brokers cannot send a token.
-ADMIN_CODES: frozenset[int] = frozenset({
-    RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,
-    RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER,
-    RequestCode.DELETE_TOPIC_IN_NAMESRV, RequestCode.REGISTER_TOPIC_IN_NAMESRV,
-    RequestCode.UPDATE_NAMESRV_CONFIG,
-})
 #: The extFields key an admin client puts the token in (namesrv-admin --token).
 ADMIN_TOKEN_FIELD = "adminToken"
 #: Shortest token accepted: the token is the only secret, and nothing slows down guessing.
@@ -98,8 +84,9 @@ class AdminGuard:
         self._token_digest = _digest(token) if token else None
 
     @classmethod
-    def from_config(cls, config: NamesrvConfig) -> AdminGuard:
-        return cls(parse_networks(config.admin_allowed_networks), config.admin_token)
+    def from_settings(cls, allowed_networks: str, token: str) -> AdminGuard:
+        """From the adminAllowedNetworks and adminToken keys (checked when the config was read)."""
+        return cls(parse_networks(allowed_networks), token)
 
     @property
     def restricted(self) -> bool:

@@ -71,6 +71,12 @@ def test_help_exits_zero_and_explains_overrides() -> None:
     (["--listenPort=70000"], ["listenPort", "0-65535"]),
     (["--clientRequestThreadPoolNums=0", "--listenPort=0"], ["clientRequestThreadPoolNums", "at least 1"]),
     (["--zmqListenAddress=nonsense", "--listenPort=0", "--bindAddress=127.0.0.1"], ["nonsense"]),
+    # RocketMQ keys namesrv has no use for: never accepted and ignored
+    (["--serverWorkerThreads=16"], ["serverWorkerThreads", "reactor thread", "serverWorkerProcesses",
+                                    "only RocketMQ's default (8)"]),
+    (["--clusterTest=true"], ["clusterTest", "not implemented", "only RocketMQ's default (false)"]),
+    (["--notifyMinBrokerIdChanged=true"], ["notifyMinBrokerIdChanged", "not implemented"]),
+    (["--writeBufferLowWaterMark=1024"], ["writeBufferLowWaterMark", "writeBufferHighWaterMark"]),
 ])
 def test_bad_command_lines_fail_with_one_line_and_exit_2(args: list[str], needles: list[str]) -> None:
     assert_usage_error(namesrv(*args), *needles)

@@ -36,7 +36,7 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.fastpath import body_crc32
 from namesrv.kvconfig import KVConfigManager
-from namesrv.processor import RESPONSE_HEADER_CODES, SUPPORTED_CODES, RequestProcessor
+from namesrv.processor import ADMIN_CODES, RESPONSE_HEADER_CODES, SUPPORTED_CODES, RequestProcessor
 from namesrv.protocol import (
     DataVersion,
     KVTable,
@@ -53,7 +53,7 @@ from namesrv.protocol import (
 )
 from namesrv.protocol.errors import ProtocolError
 from namesrv.routeinfo import RouteInfoManager
-from namesrv.security import ADMIN_CODES, ADMIN_TOKEN_FIELD, AdminGuard
+from namesrv.security import ADMIN_TOKEN_FIELD, AdminGuard
 
 TOKEN = "fuzz-admin-token-0123456789"
 VALID_RESPONSE_CODES = {ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -270,7 +270,7 @@ class Harness:
         self.routes = RouteInfoManager(self.config, clock=self.clock)
         self.processor = RequestProcessor(self.config, self.routes, KVConfigManager(self.config.kv_config_path),
                                           clock=self.clock)
-        self.guard = AdminGuard.from_config(self.config)
+        self.guard = AdminGuard.from_settings(self.config.admin_allowed_networks, self.config.admin_token)
 
     def send(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """process(), and every property its answer must have."""

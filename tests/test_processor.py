@@ -18,7 +18,8 @@ from namesrv.config import NamesrvConfig
 from namesrv import fastpath
 from namesrv.fastpath import body_crc32
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager
-from namesrv.processor import RESPONSE_HEADER_CODES, ROUTE_QUERY_CODES, SUPPORTED_CODES, RequestProcessor
+from namesrv.processor import RESPONSE_HEADER_CODES, SUPPORTED_CODES, RequestProcessor
+from namesrv.processor.requests import POOL_OF
 from namesrv.protocol import (
     ClusterInfo,
     DataVersion,
@@ -118,7 +119,7 @@ def route_of(response) -> dict:
 
 def test_every_reference_code_has_a_handler():
     assert SUPPORTED_CODES == REFERENCE_CODES
-    assert ROUTE_QUERY_CODES == {RequestCode.GET_ROUTEINFO_BY_TOPIC}
+    assert {code for code, pool in POOL_OF.items() if pool == "client"} == {RequestCode.GET_ROUTEINFO_BY_TOPIC}
     assert RESPONSE_HEADER_CODES == {101, 103, 205, 322, 327}
 
 

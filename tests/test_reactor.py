@@ -16,7 +16,8 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
 from namesrv.kvconfig import KVConfigManager
-from namesrv.processor import ROUTE_QUERY_CODES, SUPPORTED_CODES, RequestProcessor
+from namesrv.processor import RequestProcessor
+from namesrv.processor.requests import POOL_OF
 from namesrv.protocol import RemotingCommand, RequestCode, ResponseCode, SerializeType
 from namesrv.protocol.codes import FLAG_RESPONSE
 from namesrv.protocol.msgpack_codec import decode_msgpack
@@ -159,8 +160,7 @@ def dispatcher_parts(tmp_path) -> Iterator[tuple[RequestDispatcher, Outbox]]:
     routes = RouteInfoManager(config)
     processor = RequestProcessor(config, routes, KVConfigManager(tmp_path / "kv.json"))
     outbox = Outbox()
-    dispatcher = RequestDispatcher(config, processor, outbox, route_query_codes=ROUTE_QUERY_CODES,
-                                   supported_codes=SUPPORTED_CODES)
+    dispatcher = RequestDispatcher(config, processor, outbox, pool_of=POOL_OF)
     yield dispatcher, outbox
     dispatcher.shutdown(5)
     outbox.close()

@@ -17,9 +17,9 @@ from test_processor import Namesrv
 
 from namesrv.channel import Channel
 from namesrv.config import REDACTED, ConfigError, NamesrvConfig, parse_properties
-from namesrv.processor import RESPONSE_HEADER_CODES, SUPPORTED_CODES
+from namesrv.processor import ADMIN_CODES, RESPONSE_HEADER_CODES, SUPPORTED_CODES
 from namesrv.protocol import QueueData, RemotingCommand, RequestCode, ResponseCode, TopicConfig, TopicRouteData
-from namesrv.security import ADMIN_CODES, ADMIN_TOKEN_FIELD, AdminGuard, parse_networks, peer_ip
+from namesrv.security import ADMIN_TOKEN_FIELD, AdminGuard, parse_networks, peer_ip
 
 TOKEN = "s3cret-admin-token-0123456789"
 NETWORKS = "127.0.0.1/32;10.0.0.0/8;::1/128;2001:db8:1::/48"

@@ -14,7 +14,8 @@ from namesrv.client.sync import LoopThread, SyncFacade, mirror
 from namesrv.client.zmq_connection import CurveClientKeys, ZmqRemotingConnection
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH, SERVER_VERSION, LanguageCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
-from namesrv.security import ADMIN_CODES, ADMIN_TOKEN_FIELD
+from namesrv.processor.requests import ADMIN_CODES
+from namesrv.security import ADMIN_TOKEN_FIELD
 
 Transport = Literal["tcp", "zmq"]
 

@@ -1,7 +1,7 @@
 """The request layer: one handler per NameServer request code (reference section 2).
 
-All 23 request codes of RocketMQ 5.x's NameServer are handled (`SUPPORTED_CODES`). Where this
-layer deliberately differs from RocketMQ:
+All 23 request codes of RocketMQ 5.x's NameServer are handled, each declared once in
+`namesrv.processor.requests`. Where this layer deliberately differs from RocketMQ:
 
 * UNREGISTER_BROKER, expiry and channel close unregister synchronously (4.9.8 style) and re-check
   freshness under the write lock; 5.x queues them and can wipe a fresh re-registration (#11043).
@@ -11,8 +11,8 @@ layer deliberately differs from RocketMQ:
   does not parse is SYSTEM_ERROR naming the field; RocketMQ logs it and runs on with null.
 * UPDATE_NAMESRV_CONFIG changes only `NamesrvConfig.remote_updatable()` keys, all-or-nothing,
   and persists the config atomically; RocketMQ accepts any key outside its black list.
-* Admin codes (`namesrv.security.ADMIN_CODES`) can be restricted to `adminAllowedNetworks` and/or
-  an `adminToken` extField (NO_PERMISSION naming the rule); RocketMQ's NameServer has no access
+* Admin codes (the table's `admin` rows) can be restricted to `adminAllowedNetworks` and/or an
+  `adminToken` extField (NO_PERMISSION naming the rule); RocketMQ's NameServer has no access
   control. Both are off by default.
 * A REGISTER_BROKER body with more than `maxTopicsPerRegistration` topics is SYSTEM_ERROR, found
   before the body is decoded; RocketMQ decodes any body that fits in a frame.
@@ -21,7 +21,9 @@ layer deliberately differs from RocketMQ:
 * Not implemented: clusterTest mode, the zone route filter (ZoneRouteRPCHook; the zone name is
   still recorded and returned), NOTIFY_MIN_BROKER_ID_CHANGE, GO_AWAY (the server's concern).
 """
-from namesrv.processor.core import (RESPONSE_HEADER_CODES, ROUTE_QUERY_CODES, SUPPORTED_CODES, WRITE_CODES,
-                                    RequestProcessor)
+from namesrv.processor.core import RequestProcessor
+from namesrv.processor.requests import (ADMIN_CODES, BY_CODE, REQUESTS, RESPONSE_HEADER_CODES, SUPPORTED_CODES,
+                                        WRITE_CODES, Pool, RequestSpec)
 
-__all__ = ["RESPONSE_HEADER_CODES", "ROUTE_QUERY_CODES", "SUPPORTED_CODES", "WRITE_CODES", "RequestProcessor"]
+__all__ = ["ADMIN_CODES", "BY_CODE", "REQUESTS", "RESPONSE_HEADER_CODES", "SUPPORTED_CODES", "WRITE_CODES", "Pool",
+           "RequestProcessor", "RequestSpec"]

@@ -1,8 +1,8 @@
-"""RocketMQ's processor table: which executor runs which request code, and what overload means.
+"""RocketMQ's executors: the pool the request table names for each code, and what overload means.
 
-Route queries get their own pool so a registration storm cannot starve clients (RIP-29); the
-other supported codes share the default pool; anything else goes to the public executor, where
-the processor answers REQUEST_CODE_NOT_SUPPORTED. A full queue answers SYSTEM_BUSY at once from
+Route queries get their own pool ("client") so a registration storm cannot starve clients
+(RIP-29); the other declared codes share the "default" pool (namesrv.processor.requests);
+anything else goes to the public executor, where the processor answers REQUEST_CODE_NOT_SUPPORTED. A full queue answers SYSTEM_BUSY at once from
 the reactor; oneway requests are bounded in flight and never answered.
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
@@ -22,12 +22,13 @@ from namesrv.remoting.endpoints import ZMQ_TRANSPORT, AnswerInline, Job
 from namesrv.remoting.executors import BoundedExecutor
 from namesrv.remoting.outbox import Delivery, Outbox
 
-if TYPE_CHECKING:
-    from namesrv.workers.replication import Replicator
-
 log = logging.getLogger(__name__)
 
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+
+
+#: Where a worker process publishes an applied write: the request frame and its connection (namesrv.workers).
+Replicate = Callable[[bytes, Channel], None]
 
 
 class Processor(Protocol):
@@ -49,15 +50,14 @@ def encode_request_frame(channel: Channel, request: RemotingCommand) -> bytes:
 class RequestDispatcher:
     """Routes decoded requests to executors; workers run the processor and post encoded replies."""
 
-    def __init__(self, config: NamesrvConfig, processor: Processor, outbox: Outbox, *,
-                 route_query_codes: Iterable[int], supported_codes: Iterable[int],
-                 replicator: Replicator | None = None, write_codes: Iterable[int] = (),
+    def __init__(self, config: NamesrvConfig, processor: Processor, outbox: Outbox, *, pool_of: Mapping[int, str],
+                 replicate: Replicate | None = None, write_codes: Iterable[int] = (),
                  answer_inline: AnswerInline | None = None) -> None:
         self._processor = processor
         #: Answers the reactor may give itself, no executor involved.
         self.answer_inline = answer_inline
         #: Where applied `write_codes` requests are published to sibling worker processes (namesrv.workers).
-        self._replicator = replicator
+        self._replicate = replicate
         self._write_codes = frozenset(write_codes)
         self._outbox = outbox
         run = self._run_batch
@@ -70,8 +70,8 @@ class RequestDispatcher:
         self.public_executor = BoundedExecutor("NettyServerPublicExecutor", config.server_callback_executor_threads or 4,
                                                config.default_thread_pool_queue_capacity, run)
         self._executors = (self.client_executor, self.default_executor, self.public_executor)
-        self._by_code = {code: self.default_executor for code in supported_codes}
-        self._by_code.update((code, self.client_executor) for code in route_query_codes)
+        pools = {"client": self.client_executor, "default": self.default_executor}
+        self._by_code = {code: pools[pool] for code, pool in pool_of.items()}
         self._oneway = threading.BoundedSemaphore(config.server_oneway_semaphore_value)
         self._oneway_dropped = 0
         self._oneway_dropped_logged = 0.0
@@ -125,13 +125,13 @@ class RequestDispatcher:
     def _run_batch(self, jobs: list[Job]) -> None:
         replies: list[Delivery] = []
         process = self._processor.process
-        replicator = self._replicator
+        replicate = self._replicate
         for channel, request in jobs:
             try:
                 response = process(request, channel)
-                if (replicator is not None and response.code == ResponseCode.SUCCESS
+                if (replicate is not None and response.code == ResponseCode.SUCCESS
                         and request.code in self._write_codes):
-                    replicator.publish_request(encode_request_frame(channel, request), channel)
+                    replicate(encode_request_frame(channel, request), channel)
                 reply = None if request.is_oneway else encode_reply(channel, response)
             except Exception as exc:  # noqa: BLE001 - one bad request must not cost the batch its answers
                 log.exception("request code %d from %s failed", request.code, channel)

@@ -1,0 +1,106 @@
+"""Every request code the NameServer serves, declared once: RocketMQ's `registerProcessor` as a table.
+
+A row says everything the server needs to know about a code: its handler, the executor that runs
+it, whether it changes state (then worker processes put it in their one total order and apply it
+everywhere), whether `AdminGuard` may restrict it, whether Java's answer has a typed response
+header (then extFields is always present), and whether the reactor may answer it itself. The
+sets the rest of the server uses (write codes, admin codes, codes per executor) are derived
+here, never kept by hand. A code missing from the table goes to the public executor and is
+answered REQUEST_CODE_NOT_SUPPORTED.
+
+Adding a request code: a row here and its handler (and its number in `RequestCode` if the
+protocol did not name it yet).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from namesrv.processor import broker_handlers, config_handlers, kv_handlers, route_handlers
+from namesrv.processor.context import Handler
+from namesrv.protocol.codes import RequestCode
+
+
+class Pool(enum.Enum):
+    """The executors of RocketMQ's NamesrvController (the public one serves undeclared codes)."""
+
+    #: clientRequestThreadPoolNums: route queries, so a registration storm cannot starve clients (RIP-29).
+    CLIENT = "client"
+    #: defaultThreadPoolNums: broker traffic, KV, admin.
+    DEFAULT = "default"
+
+
+class Inline(enum.Enum):
+    """What the reactor may answer itself, straight from the frame (namesrv.processor.inline)."""
+
+    #: A route query whose encoded route is cached.
+    ROUTE_QUERY = "route query"
+    #: A registration whose body is the broker's last one, or small enough to apply at once.
+    REGISTRATION = "registration"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    code: RequestCode
+    handler: Handler
+    pool: Pool = Pool.DEFAULT
+    #: Changes routes, broker liveness, the KV table or the config.
+    writes: bool = False
+    #: May be restricted by adminAllowedNetworks/adminToken (never broker traffic: brokers send no token).
+    admin: bool = False
+    #: Java answers with a typed response header: extFields present (maybe `{}`) even on errors.
+    response_header: bool = False
+    inline: Inline | None = None
+
+
+_ = RequestSpec
+REQUESTS: tuple[RequestSpec, ...] = (
+    _(RequestCode.PUT_KV_CONFIG, kv_handlers.put_kv_config, writes=True, admin=True),
+    _(RequestCode.GET_KV_CONFIG, kv_handlers.get_kv_config, response_header=True),
+    _(RequestCode.DELETE_KV_CONFIG, kv_handlers.delete_kv_config, writes=True, admin=True),
+    _(RequestCode.GET_KVLIST_BY_NAMESPACE, kv_handlers.get_kvlist_by_namespace),
+    _(RequestCode.REGISTER_BROKER, broker_handlers.register_broker, writes=True, response_header=True,
+      inline=Inline.REGISTRATION),
+    _(RequestCode.UNREGISTER_BROKER, broker_handlers.unregister_broker, writes=True),
+    # A liveness heartbeat as well as a question: it refreshes the broker's timestamp.
+    _(RequestCode.QUERY_DATA_VERSION, broker_handlers.query_data_version, writes=True, response_header=True),
+    _(RequestCode.BROKER_HEARTBEAT, broker_handlers.broker_heartbeat, writes=True),
+    _(RequestCode.GET_ROUTEINFO_BY_TOPIC, route_handlers.get_routeinfo_by_topic, pool=Pool.CLIENT,
+      inline=Inline.ROUTE_QUERY),
+    _(RequestCode.GET_BROKER_CLUSTER_INFO, route_handlers.get_broker_cluster_info),
+    _(RequestCode.GET_BROKER_MEMBER_GROUP, route_handlers.get_broker_member_group),
+    _(RequestCode.WIPE_WRITE_PERM_OF_BROKER, route_handlers.wipe_write_perm_of_broker, writes=True, admin=True,
+      response_header=True),
+    _(RequestCode.ADD_WRITE_PERM_OF_BROKER, route_handlers.add_write_perm_of_broker, writes=True, admin=True,
+      response_header=True),
+    _(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, route_handlers.get_all_topic_list),
+    _(RequestCode.DELETE_TOPIC_IN_NAMESRV, route_handlers.delete_topic_in_namesrv, writes=True, admin=True),
+    _(RequestCode.REGISTER_TOPIC_IN_NAMESRV, route_handlers.register_topic_in_namesrv, writes=True, admin=True),
+    _(RequestCode.GET_TOPICS_BY_CLUSTER, route_handlers.get_topics_by_cluster),
+    _(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, route_handlers.get_system_topic_list),
+    _(RequestCode.GET_UNIT_TOPIC_LIST, route_handlers.get_unit_topic_list),
+    _(RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, route_handlers.get_has_unit_sub_topic_list),
+    _(RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, route_handlers.get_has_unit_sub_ununit_topic_list),
+    _(RequestCode.UPDATE_NAMESRV_CONFIG, config_handlers.update_namesrv_config, writes=True, admin=True),
+    _(RequestCode.GET_NAMESRV_CONFIG, config_handlers.get_namesrv_config),
+)
+del _
+
+#: code -> its row.
+BY_CODE: dict[int, RequestSpec] = {int(spec.code): spec for spec in REQUESTS}
+if len(BY_CODE) != len(REQUESTS):
+    raise ImportError("a request code is declared twice in namesrv.processor.requests")
+
+
+def codes(**wanted: object) -> frozenset[int]:
+    """The declared codes whose fields have the given values, e.g. `codes(writes=True)`."""
+    return frozenset(code for code, spec in BY_CODE.items()
+                     if all(getattr(spec, name) == value for name, value in wanted.items()))
+
+
+SUPPORTED_CODES = frozenset(BY_CODE)
+WRITE_CODES = codes(writes=True)
+ADMIN_CODES = codes(admin=True)
+RESPONSE_HEADER_CODES = codes(response_header=True)
+#: code -> the name of its executor (`Pool.value`), as the dispatcher takes it.
+POOL_OF: dict[int, str] = {code: spec.pool.value for code, spec in BY_CODE.items()}
