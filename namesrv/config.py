@@ -154,8 +154,9 @@ class NamesrvConfig:
     # --- namesrv's own: processes ---
     server_worker_processes: int = _key(
         "Processes serving connections in parallel (1-255). Above 1 the command starts a supervisor and this "
-        "many workers sharing the ports (SO_REUSEPORT); each has its own copy of the route table and replicates "
-        "its writes to the others over ZeroMQ on ipc (README: Worker processes). An ipc/inproc "
+        "many workers sharing the ports (SO_REUSEPORT); each answers reads from its own copy of the tables, and "
+        "every write goes through one log that the supervisor orders and every worker applies in that order; the "
+        "supervisor alone writes the KV and config files (README: Worker processes). An ipc/inproc "
         "zmqListenAddress is served by worker 0 only.", 1, locked=True)
 
     # ---- keys ----

@@ -5,9 +5,10 @@ start), request processor, executors, the reactor and the scheduled tasks — an
 the order that loses no accepted request: stop reading, let the executors finish, flush replies.
 The KV store writes itself through on every change, so nothing is left to persist at exit.
 
-As one of serverWorkerProcesses > 1 worker processes (namesrv.workers) it also runs the
-replication bus: it publishes the writes it applies and its connections' closes, applies its
-siblings', and starts serving the shared ports only once it is in step with them.
+As one of serverWorkerProcesses > 1 worker processes (namesrv.workers) it also runs its end of
+the write log: write requests, the closes of connections that carried them and expiries go into
+the one log of all workers and are applied in its order; it serves the shared ports only once
+it is in step with the log.
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from namesrv.channel import Channel
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
@@ -25,10 +25,10 @@ from namesrv.processor import WRITE_CODES, RequestProcessor
 from namesrv.processor.requests import POOL_OF
 from namesrv.remoting import BindError, Outbox, Reactor, RequestDispatcher
 from namesrv.remoting.reactor import tcp_endpoint
-from namesrv.routeinfo import RouteInfoManager
-from namesrv.workers.bus import MAX_WORKERS
+from namesrv.routeinfo import RouteInfoManager, now_ms
+from namesrv.workers.log import MAX_WORKERS
 from namesrv.workers.ports import listening_fd, zmq_tcp_address
-from namesrv.workers.replication import ReplicationBus, SyncError, WorkerRole
+from namesrv.workers.replication import LogClock, SyncError, WorkerBus, WorkerRole
 
 log = logging.getLogger(__name__)
 
@@ -110,22 +110,26 @@ class NamesrvController:
                  on_lost_sync: Callable[[str], None] | None = None) -> None:
         validate(config)
         self.config = config
-        self.routes = RouteInfoManager(config)
+        self.outbox = Outbox()
         self.kv = KVConfigManager(config.kv_config_path)
         self.bus = None
-        if worker is not None:
+        if worker is None:
+            self.routes = RouteInfoManager(config)
+        else:
             if on_lost_sync is None:
                 raise ValueError("a worker process needs on_lost_sync")
-            self.bus = ReplicationBus(worker, config, self.routes, self.kv, on_lost_sync)
-        replicate = None if self.bus is None else self.bus.replicator.publish_request
-        self.processor = RequestProcessor(config, self.routes, self.kv, replicate=replicate)
-        self.outbox = Outbox()
-        self.dispatcher = RequestDispatcher(config, self.processor, self.outbox,
-                                            pool_of=POOL_OF,
+            clock = LogClock()
+            self.routes = RouteInfoManager(config, clock=clock)
+            self.bus = WorkerBus(worker, config, self.routes, self.kv, clock, self.outbox, on_lost_sync,
+                                 max_pending=config.default_thread_pool_queue_capacity)
+        self.processor = RequestProcessor(config, self.routes, self.kv, persist=self.bus is None,
+                                          inline_writes=self.bus is None)
+        self.dispatcher = RequestDispatcher(config, self.processor, self.outbox, pool_of=POOL_OF,
                                             answer_inline=self.processor.inline.answer_all,
-                                            replicate=replicate, write_codes=WRITE_CODES)
+                                            forward_write=None if self.bus is None else self.bus.forward,
+                                            write_codes=WRITE_CODES)
         self.reactor = Reactor(config, self.dispatcher, self.outbox,
-                               self.routes.on_channel_destroy if self.bus is None else self._channel_closed,
+                               self.routes.on_channel_destroy if self.bus is None else self.bus.propose_close,
                                selector_threads(config, 1 if worker is None else worker.workers))
         self._tasks = PeriodicTasks()
         self._tasks.add("scanNotActiveBroker", config.scan_not_active_broker_interval / 1000,
@@ -185,13 +189,12 @@ class NamesrvController:
             raise BindError(endpoint, exc.strerror or str(exc)) from None
         self.reactor.bind(tcp_fd, zmq_fd, bind_zmq=shared_zmq is not None or self.bus.role.index == 0)
 
-    def _channel_closed(self, channel: Channel) -> None:
-        """A worker's connection closed: its brokers leave here, then in the siblings."""
-        self.routes.on_channel_destroy(channel)
-        self.bus.replicator.publish_close(channel)
-
     def scan_not_active_brokers(self) -> None:
-        """Expire silent brokers and close the connections they registered on (as RocketMQ does)."""
+        """Expire silent brokers and close the connections they registered on (as RocketMQ does);
+        a worker process proposes them to the write log instead."""
+        if self.bus is not None:
+            self.bus.propose_expiry(now_ms())
+            return
         for removed in self.routes.scan_not_active_brokers():
             if removed.channel is not None:
                 self.outbox.close_channel(removed.channel, f"broker {removed.broker_addr} expired")
@@ -203,6 +206,8 @@ class NamesrvController:
         self._tasks.stop()
         if not self.dispatcher.shutdown(DRAIN_SECONDS):
             log.warning("requests still running after %.0f s; their replies are lost", DRAIN_SECONDS)
+        if self.bus is not None and not self.bus.drain(DRAIN_SECONDS):
+            log.warning("writes still outside the write log after %.0f s; they are not answered", DRAIN_SECONDS)
         self.reactor.stop(FLUSH_SECONDS)
         if self.bus is not None:
             self.bus.stop()

@@ -14,14 +14,15 @@ START = 1_700_000_000_000
 class InlineServer:
     """`inline(frame, channel)`: what the reactor answers itself; `regular(...)`: what the executors would."""
 
-    def __init__(self, tmp_path, **config) -> None:
+    def __init__(self, tmp_path, inline_writes: bool = True, **config) -> None:
         self.now = START
         self.config = NamesrvConfig(kv_config_path=str(tmp_path / "kvConfig.json"),
                                     config_store_path=str(tmp_path / "namesrv.properties"), **config)
         self.routes = RouteInfoManager(self.config, clock=lambda: self.now)
         self.kv = KVConfigManager(self.config.kv_config_path)
         self.kv.load()
-        self.processor = RequestProcessor(self.config, self.routes, self.kv, clock=lambda: self.now)
+        self.processor = RequestProcessor(self.config, self.routes, self.kv, clock=lambda: self.now,
+                                          inline_writes=inline_writes)
 
     def inline(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand | None:
         return self.processor.inline.answer(frame, channel)

@@ -203,7 +203,6 @@ class Twins:
         (tmp_path / "regular").mkdir()
         self.inline = Server(tmp_path / "inline", **config)
         self.twin = Server(tmp_path / "regular", **config)
-        self.replicated: list[bytes] = []
 
     def send(self, frame: bytes, channel: Channel = BROKER) -> tuple[bool, RemotingCommand]:
         """(answered inline?, the answer); the executor's path answers what the inline one left."""
@@ -271,16 +270,15 @@ def test_large_and_compressed_bodies_go_to_the_executor(tmp_path, config, data, 
     assert not inline and answer.code == ResponseCode.SUCCESS
 
 
-def test_only_an_applied_registration_is_replicated(tmp_path):
-    replicated: list[bytes] = []
-    server = Server(tmp_path, max_topics_per_registration=3)
-    server.processor.inline.registrations._replicate = lambda frame, channel: replicated.append(frame)
-    refused = registration(data=with_topics(["A", "B", "C", "D"], 1))
+def test_without_inline_writes_a_registration_is_read_but_never_applied_inline(tmp_path):
+    """Worker processes apply every write in the write log's order: the reactor only decodes them."""
+    server = Server(tmp_path, inline_writes=False)
     applied, repeat = registration(data=with_topics(["A", "B"], 2), opaque=2), registration(
         data=with_topics(["A", "B"], 2), opaque=3)
-    for frame in (refused, applied, repeat):
-        assert type(server.inline(frame, BROKER)) is bytes
-    assert replicated == [applied, repeat]
+    assert server.answer(applied) is None
+    assert not server.routes.snapshot().broker_live_table
+    assert RemotingCommand.decode(server.regular(applied, BROKER)[4:]).code == ResponseCode.SUCCESS
+    assert server.answer(repeat) is None  # not even the unchanged repeat
 
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from test_processor import BROKER, Namesrv
 
-from namesrv.processor.requests import ADMIN_CODES, BY_CODE, POOL_OF, REQUESTS, SUPPORTED_CODES, WRITE_CODES, Inline
+from namesrv.processor.requests import (ADMIN_CODES, BY_CODE, PERSISTED_CODES, POOL_OF, REQUESTS, SUPPORTED_CODES,
+                                        WRITE_CODES, Inline)
 from namesrv.protocol import RequestCode, ResponseCode
 from namesrv.security import AdminGuard
 
@@ -64,6 +65,7 @@ def test_the_derived_sets_follow_the_rows() -> None:
     assert ADMIN_CODES == {100, 102, 205, 327, 216, 217, 318}
     assert ADMIN_CODES <= WRITE_CODES, "an admin request that changes nothing needs no guard"
     assert WRITE_CODES == {100, 102, 103, 104, 205, 216, 217, 318, 322, 327, 904}
+    assert PERSISTED_CODES == {100, 102, 318} and PERSISTED_CODES <= WRITE_CODES
     assert {code for code, pool in POOL_OF.items() if pool == "client"} == {RequestCode.GET_ROUTEINFO_BY_TOPIC}
     assert {spec.code: spec.inline for spec in REQUESTS if spec.inline} == {
         RequestCode.GET_ROUTEINFO_BY_TOPIC: Inline.ROUTE_QUERY, RequestCode.REGISTER_BROKER: Inline.REGISTRATION}

@@ -31,8 +31,7 @@ from namesrv.protocol import (DataVersion, ProtocolError, RegisterBrokerBody, Re
 from namesrv.protocol.msgpack_codec import decode_msgpack, encode_msgpack
 from namesrv.routeinfo import RouteInfoManager
 from namesrv.workers import snapshot
-from namesrv.workers.bus import (CLOSE, TICK, WRITE, BusMessage, Positions, SiblingChannel, Verdict, decode,
-                                 encode_close, encode_tick, encode_write)
+from namesrv.workers.log import (CLOSE, EXPIRE, TICK, WRITE, Entry, Proposal, SiblingChannel, Verdict, admit)
 from process_control import frozen
 
 CLUSTER = "WorkersCluster"
@@ -134,7 +133,7 @@ def test_unregistration_and_connection_close_reach_the_other_worker(workers, raw
     workers.wait_for_log(r"\[w\d/NamesrvBus\] .*channel closed: broker broker-b\[0\] 127\.0\.0\.1:30911 .*worker\d")
 
 
-def test_kv_and_config_writes_reach_the_other_worker_and_only_their_taker_writes_files(workers, raw_connect) -> None:
+def test_kv_and_config_writes_reach_the_other_worker_and_are_on_disk_when_answered(workers, raw_connect) -> None:
     (_, a), (pid_b, b) = one_per_worker(workers, raw_connect).items()
     kv_file = workers.workdir / "kvConfig.json"
     with frozen(pid_b):  # the sibling applies the write only after the file's state below is recorded
@@ -214,14 +213,14 @@ def test_a_killed_worker_is_restarted_with_its_siblings_routes(workers, raw_conn
     wait_until(lambda: brokers(conn) == [], 1.0, "broker-a gone on the restarted worker")
 
 
-def test_sigterm_stops_every_worker_and_removes_the_bus_directory(workers, raw_connect) -> None:
+def test_sigterm_stops_every_worker_and_the_log_leaves_nothing_on_disk(workers, raw_connect) -> None:
     children = workers_of(workers)
-    bus_dirs = {Path(c.laddr).parent for worker in children for c in worker.net_connections("unix") if c.laddr}
-    assert len(bus_dirs) == 1 and next(iter(bus_dirs)).is_dir()
+    sockets = [c.laddr for process in (psutil.Process(workers.pid), *children)
+               for c in process.net_connections("unix") if c.laddr]
+    assert sockets and all(address.startswith(("\0", "@")) for address in sockets), sockets  # abstract namespace
     assert workers.stop() == 0
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive
-    assert not next(iter(bus_dirs)).exists()
     log = workers.log_text()
     assert log.count("SIGTERM received") == 3
     assert log.rstrip().endswith("The Name Server shut down")
@@ -245,37 +244,32 @@ def test_zero_worker_processes_is_refused(tmp_path) -> None:
 
 # ---- the sans-IO parts: the bus's ordering rules and messages, the table copy, memory-only KV writes
 
-def message(kind: int, seq: int, generation: int = 7, origin: int = 1) -> BusMessage:
-    return BusMessage(kind, origin, generation, seq)
+def test_the_log_is_applied_in_order_and_a_lost_entry_is_noticed() -> None:
+    proposal = Proposal(WRITE, 1, 7, 3, Channel("tcp", b"\x00peer"), b"frame")
+    entry = lambda seq, kind=WRITE: Entry(seq, kind, 1, proposal if kind != TICK else None)  # noqa: E731
+    assert admit(0, Entry(0, TICK)) is Verdict.SKIP  # first contact, nothing written yet
+    assert admit(0, entry(1)) is Verdict.APPLY
+    assert admit(1, entry(1)) is Verdict.SKIP  # already applied
+    assert admit(1, entry(2, CLOSE)) is Verdict.APPLY
+    assert admit(2, Entry(2, TICK)) is Verdict.SKIP
+    assert admit(2, Entry(3, TICK)) is Verdict.GAP  # entry 3 never arrived
+    assert admit(2, entry(4)) is Verdict.GAP
 
 
-def test_positions_apply_each_log_in_order_and_report_what_went_missing() -> None:
-    positions = Positions()
-    assert positions.admit(message(TICK, 0)) is Verdict.SKIP  # first contact, nothing written yet
-    assert positions.admit(message(WRITE, 1)) is Verdict.APPLY
-    assert positions.admit(message(WRITE, 1)) is Verdict.SKIP  # already applied
-    assert positions.admit(message(CLOSE, 2)) is Verdict.APPLY
-    assert positions.admit(message(TICK, 2)) is Verdict.SKIP
-    assert positions.admit(message(TICK, 3)) is Verdict.GAP  # message 3 never arrived
-    assert positions.admit(message(WRITE, 4)) is Verdict.GAP
-    assert positions.admit(message(WRITE, 1, generation=8)) is Verdict.APPLY  # a restart's log starts at 1
-    assert positions.admit(message(WRITE, 3, generation=7)) is Verdict.SKIP  # the previous incarnation's leftovers
-    assert positions.admit(message(WRITE, 5, origin=2)) is Verdict.GAP  # first contact in the middle of a log
-    assert Positions({2: (7, 4)}).admit(message(WRITE, 5, origin=2)) is Verdict.APPLY  # where a table copy left off
-    assert positions.marks() == {1: (8, 1)}
-
-
-def test_bus_messages_round_trip_and_garbage_is_a_protocol_error() -> None:
+def test_log_messages_round_trip_and_garbage_is_a_protocol_error() -> None:
     client = Channel("zmq", b"\x00peer", "10.0.0.9:4242")
-    write = decode(encode_write(3, 9, 12, b"frame bytes", client))
-    assert write == BusMessage(WRITE, 3, 9, 12, client, b"frame bytes")
-    assert write.channel.remote_addr == "10.0.0.9:4242"
-    assert decode(encode_close(3, 9, 13, client)) == BusMessage(CLOSE, 3, 9, 13, client)
-    assert decode(encode_tick(3, 9, 13, [(0, 1), (1, 2)])).heard == {(0, 1), (1, 2)}
-    close = encode_close(3, 9, 13, client)
-    for data in (b"\x01", b"\x09" + bytes(14), close[:-1], close + b"x", encode_write(3, 9, 12, b"", client)[:20]):
+    proposal = Proposal(WRITE, 3, 9, 12, client, b"frame bytes")
+    assert Proposal.decode(proposal.encode()) == proposal
+    assert Proposal.decode(proposal.encode()).channel.remote_addr == "10.0.0.9:4242"
+    for entry in (Entry(40, WRITE, 1_700_000_000_000, proposal), Entry(41, TICK),
+                  Entry(42, WRITE, 5, proposal, (ResponseCode.NO_PERMISSION, "refused")),
+                  Entry(43, EXPIRE, 6, Proposal(EXPIRE, 0, 1, 0, Channel("tcp", b""), b"\x93\xa1c\xa1a\x01"))):
+        assert Entry.decode(entry.encode()) == entry
+    for data in (b"\x01", b"\x93\x01\x02\x03", proposal.encode()[:-3], b"\xc1"):
         with pytest.raises(ProtocolError):
-            decode(data)
+            Entry.decode(data)
+        with pytest.raises(ProtocolError):
+            Proposal.decode(data)
 
 
 def test_stand_in_channels_never_equal_a_local_connection_and_close_as_a_lookup_miss() -> None:
@@ -312,11 +306,11 @@ def test_a_table_copy_carries_routes_kv_and_config_with_connections_stood_in_for
                              (RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG,
                                                       body=b"orderMessageEnable=true"), local)):
         assert processor.process(command, channel).code == ResponseCode.SUCCESS
-    payload = snapshot.take(1, 5, {0: (1, 40), 1: (5, 17)}, routes, kv, config)
+    payload = snapshot.take(1, 5, 57, routes, kv, config)
 
     copy_config, copy_routes, copy_kv, _ = tables(tmp_path, "copy")
     copied = snapshot.restore(payload, copy_routes, copy_kv, copy_config)
-    assert copied.marks == {0: (1, 40), 1: (5, 17)}
+    assert copied.position == 57
     assert copy_kv.get("NS", "k") == "v" and not copy_kv.path.exists()
     assert copy_config.order_message_enable and not Path(copy_config.config_store_path).exists()
     original, copy = routes.snapshot(), copy_routes.snapshot()

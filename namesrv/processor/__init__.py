@@ -22,8 +22,8 @@ All 23 request codes of RocketMQ 5.x's NameServer are handled, each declared onc
   still recorded and returned), NOTIFY_MIN_BROKER_ID_CHANGE, GO_AWAY (the server's concern).
 """
 from namesrv.processor.core import RequestProcessor
-from namesrv.processor.requests import (ADMIN_CODES, BY_CODE, REQUESTS, RESPONSE_HEADER_CODES, SUPPORTED_CODES,
-                                        WRITE_CODES, Pool, RequestSpec)
+from namesrv.processor.requests import (ADMIN_CODES, BY_CODE, PERSISTED_CODES, REQUESTS, RESPONSE_HEADER_CODES,
+                                        SUPPORTED_CODES, WRITE_CODES, Pool, RequestSpec)
 
-__all__ = ["ADMIN_CODES", "BY_CODE", "REQUESTS", "RESPONSE_HEADER_CODES", "SUPPORTED_CODES", "WRITE_CODES", "Pool",
-           "RequestProcessor", "RequestSpec"]
+__all__ = ["ADMIN_CODES", "BY_CODE", "PERSISTED_CODES", "REQUESTS", "RESPONSE_HEADER_CODES", "SUPPORTED_CODES",
+           "WRITE_CODES", "Pool", "RequestProcessor", "RequestSpec"]

@@ -10,7 +10,6 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.header import BadRequest
 from namesrv.processor.inline import InlineAnswers
-from namesrv.processor.register_fast_path import Replicate
 from namesrv.processor.requests import BY_CODE
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
@@ -30,18 +29,16 @@ class RequestProcessor:
     """
 
     def __init__(self, config: NamesrvConfig, routes: RouteInfoManager, kv: KVConfigManager,
-                 clock: Callable[[], int] = now_ms, *, replicate: Replicate | None = None,
-                 persist: bool = True) -> None:
-        """`replicate`: where a worker process publishes the writes it applies (None: one process).
-        `persist=False`: a sibling worker applying a replicated write changes memory only; the
-        worker that took the write wrote the KV and config files."""
+                 clock: Callable[[], int] = now_ms, *, persist: bool = True, inline_writes: bool = True) -> None:
+        """`persist=False`: a worker process applying the write log changes memory only (the
+        supervisor's sequencer wrote the KV and config files). `inline_writes=False`: the reactor's
+        inline answers never apply a registration (a worker process applies writes in log order)."""
         self._ctx = HandlerContext(config, routes, kv if persist else kv.memory_only(), clock, clock(),
                                    persist=persist)
         # Read once: the security keys are locked, no request can change them.
         self._admin_guard = AdminGuard.from_settings(config.admin_allowed_networks, config.admin_token)
         #: Requests answered from raw frames (the reactor's shortcut past `process`).
-        self.inline = InlineAnswers(self._ctx, self.process,
-                                    replicate)
+        self.inline = InlineAnswers(self._ctx, self.process, registrations=inline_writes)
 
     def process(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """The response to `request` (also for oneway requests: the server drops it)."""
@@ -62,6 +59,13 @@ class RequestProcessor:
         if spec.response_header and response.ext_fields is None:
             response.ext_fields = {}
         return response
+
+    @staticmethod
+    def respond(request: RemotingCommand, code: int, remark: str | None) -> RemotingCommand:
+        """An answer decided elsewhere (a write the sequencer refused), with the rules every response follows."""
+        spec = BY_CODE.get(request.code)
+        return request.make_response(code, remark, ext_fields={} if spec is not None and spec.response_header
+                                     else None)
 
     def _refused(self, request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
         """NO_PERMISSION for an admin request the guard refuses; None when the request may run."""

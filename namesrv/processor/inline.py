@@ -18,7 +18,7 @@ from namesrv.channel import Channel
 from namesrv.processor.broker_handlers import RegistrationHeader
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.header import BadRequest
-from namesrv.processor.register_fast_path import Process, RegistrationFastPath, Replicate
+from namesrv.processor.register_fast_path import Process, RegistrationFastPath
 from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, parse_json_route_query, \
     route_query_of
 from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, JSON_FIELD, SeenHeaders
@@ -61,9 +61,11 @@ class InlineAnswers:
     """`answer(frame, channel)`: the whole response frame, or the request to dispatch (decoded, or None:
     decode it). Reactor thread only."""
 
-    def __init__(self, ctx: HandlerContext, process: Process, replicate: Replicate | None = None) -> None:
+    def __init__(self, ctx: HandlerContext, process: Process, registrations: bool = True) -> None:
+        """`registrations=False`: registrations are only read here, never applied (worker processes
+        apply every write in the write log's order, namesrv.workers)."""
         self.route_queries = RouteQueryFastPath(ctx)
-        self.registrations = RegistrationFastPath(ctx, process, replicate)
+        self.registrations = RegistrationFastPath(ctx, process) if registrations else None
         self._seen: SeenHeaders[Inline] = SeenHeaders(_read_header, _with_body_crc)
 
     def answer_all(self, frames: list[bytes], channel: Channel) -> tuple[list[bytes], list[RemotingCommand]]:
@@ -107,7 +109,9 @@ class InlineAnswers:
         if type(what) is RouteQuery:
             return self.route_queries.answer(serialize_field, opaque, what)
         request = what.with_(opaque, frame[body_at:] or None)
-        reply = self.registrations.answer(what.header, request, frame, channel)
+        if self.registrations is None:
+            return request
+        reply = self.registrations.answer(what.header, request, channel)
         return request if reply is None else reply
 
 

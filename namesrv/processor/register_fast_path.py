@@ -30,8 +30,6 @@ from namesrv.protocol.command import RemotingCommand
 #: Bound of the remembered response headers (distinct master/HA addresses answered; cleared when full).
 _TEMPLATES = 1024
 
-#: Called with each applied registration's frame (no length prefix) and its connection.
-Replicate = Callable[[bytes, Channel], None]
 #: The regular path (RequestProcessor.process).
 Process = Callable[[RemotingCommand, Channel], RemotingCommand]
 
@@ -39,26 +37,21 @@ Process = Callable[[RemotingCommand, Channel], RemotingCommand]
 class RegistrationFastPath:
     """`answer(...)`: the response frame to a registration answered here, else None (reactor thread only)."""
 
-    def __init__(self, ctx: HandlerContext, process: Process, replicate: Replicate | None = None) -> None:
+    def __init__(self, ctx: HandlerContext, process: Process) -> None:
         self._ctx = ctx
         self._process = process
-        self._replicate = replicate
         self._templates: dict[tuple[int, tuple[tuple[str, str], ...]], OpaqueTemplate] = {}
 
-    def answer(self, registration: RegistrationHeader, request: RemotingCommand, frame: bytes,
-               channel: Channel) -> bytes | None:
-        """`request` is `frame` (as split_frames yields it) decoded; `registration` its header read."""
+    def answer(self, registration: RegistrationHeader, request: RemotingCommand, channel: Channel) -> bytes | None:
+        """`request` is the decoded registration; `registration` its header read."""
         if not registration.body_intact(request.body_crc32()):
             return None  # the regular path answers "crc32 not match"
         result = refresh_if_unchanged(self._ctx, registration, request, channel)
         if result is None:
-            return self._apply(registration, request, frame, channel)
-        if self._replicate is not None:
-            self._replicate(frame, channel)
+            return self._apply(registration, request, channel)
         return self._success(request, registration_ext_fields(result), order_topics_body(self._ctx))
 
-    def _apply(self, registration: RegistrationHeader, request: RemotingCommand, frame: bytes,
-               channel: Channel) -> bytes | None:
+    def _apply(self, registration: RegistrationHeader, request: RemotingCommand, channel: Channel) -> bytes | None:
         """A changed registration through the regular path, if its body is small enough to apply here."""
         limit = self._ctx.config.inline_registration_max_body_bytes
         if not limit or registration.compressed or len(request.body or b"") > limit:
@@ -66,8 +59,6 @@ class RegistrationFastPath:
         response = self._process(request, channel)
         if response.code != ResponseCode.SUCCESS:
             return response.encode()
-        if self._replicate is not None:
-            self._replicate(frame, channel)
         return self._success(request, response.ext_fields or {}, response.body)
 
     def _success(self, request: RemotingCommand, ext_fields: dict[str, str], body: bytes | None) -> bytes:

@@ -46,6 +46,9 @@ class RequestSpec:
     pool: Pool = Pool.DEFAULT
     #: Changes routes, broker liveness, the KV table or the config.
     writes: bool = False
+    #: Writes a file (KV table, config): with worker processes, the supervisor's sequencer is the one
+    #: writer and applies it before any worker does (namesrv.workers.sequencer).
+    persisted: bool = False
     #: May be restricted by adminAllowedNetworks/adminToken (never broker traffic: brokers send no token).
     admin: bool = False
     #: Java answers with a typed response header: extFields present (maybe `{}`) even on errors.
@@ -55,9 +58,9 @@ class RequestSpec:
 
 _ = RequestSpec
 REQUESTS: tuple[RequestSpec, ...] = (
-    _(RequestCode.PUT_KV_CONFIG, kv_handlers.put_kv_config, writes=True, admin=True),
+    _(RequestCode.PUT_KV_CONFIG, kv_handlers.put_kv_config, writes=True, persisted=True, admin=True),
     _(RequestCode.GET_KV_CONFIG, kv_handlers.get_kv_config, response_header=True),
-    _(RequestCode.DELETE_KV_CONFIG, kv_handlers.delete_kv_config, writes=True, admin=True),
+    _(RequestCode.DELETE_KV_CONFIG, kv_handlers.delete_kv_config, writes=True, persisted=True, admin=True),
     _(RequestCode.GET_KVLIST_BY_NAMESPACE, kv_handlers.get_kvlist_by_namespace),
     _(RequestCode.REGISTER_BROKER, broker_handlers.register_broker, writes=True, response_header=True,
       inline=Inline.REGISTRATION),
@@ -81,7 +84,8 @@ REQUESTS: tuple[RequestSpec, ...] = (
     _(RequestCode.GET_UNIT_TOPIC_LIST, route_handlers.get_unit_topic_list),
     _(RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, route_handlers.get_has_unit_sub_topic_list),
     _(RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, route_handlers.get_has_unit_sub_ununit_topic_list),
-    _(RequestCode.UPDATE_NAMESRV_CONFIG, config_handlers.update_namesrv_config, writes=True, admin=True),
+    _(RequestCode.UPDATE_NAMESRV_CONFIG, config_handlers.update_namesrv_config, writes=True, persisted=True,
+      admin=True),
     _(RequestCode.GET_NAMESRV_CONFIG, config_handlers.get_namesrv_config),
 )
 del _
@@ -100,6 +104,7 @@ def codes(**wanted: object) -> frozenset[int]:
 
 SUPPORTED_CODES = frozenset(BY_CODE)
 WRITE_CODES = codes(writes=True)
+PERSISTED_CODES = codes(persisted=True)
 ADMIN_CODES = codes(admin=True)
 RESPONSE_HEADER_CODES = codes(response_header=True)
 #: code -> the name of its executor (`Pool.value`), as the dispatcher takes it.

@@ -27,8 +27,9 @@ log = logging.getLogger(__name__)
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 
 
-#: Where a worker process publishes an applied write: the request frame and its connection (namesrv.workers).
-Replicate = Callable[[bytes, Channel], None]
+#: How a worker process takes a write request: it goes into the write log and is answered once
+#: applied (namesrv.workers.replication.WorkerBus.forward); False when too many are pending.
+ForwardWrite = Callable[[RemotingCommand, Channel], bool]
 
 
 class Processor(Protocol):
@@ -51,13 +52,13 @@ class RequestDispatcher:
     """Routes decoded requests to executors; workers run the processor and post encoded replies."""
 
     def __init__(self, config: NamesrvConfig, processor: Processor, outbox: Outbox, *, pool_of: Mapping[int, str],
-                 replicate: Replicate | None = None, write_codes: Iterable[int] = (),
+                 forward_write: ForwardWrite | None = None, write_codes: Iterable[int] = (),
                  answer_inline: AnswerInline | None = None) -> None:
         self._processor = processor
         #: Answers the reactor may give itself, no executor involved.
         self.answer_inline = answer_inline
-        #: Where applied `write_codes` requests are published to sibling worker processes (namesrv.workers).
-        self._replicate = replicate
+        #: Where `write_codes` requests go instead of the processor, in a worker process.
+        self._forward_write = forward_write
         self._write_codes = frozenset(write_codes)
         self._outbox = outbox
         run = self._run_batch
@@ -125,21 +126,22 @@ class RequestDispatcher:
     def _run_batch(self, jobs: list[Job]) -> None:
         replies: list[Delivery] = []
         process = self._processor.process
-        replicate = self._replicate
+        forward = self._forward_write
         for channel, request in jobs:
             try:
-                response = process(request, channel)
-                if (replicate is not None and response.code == ResponseCode.SUCCESS
-                        and request.code in self._write_codes):
-                    replicate(encode_request_frame(channel, request), channel)
-                reply = None if request.is_oneway else encode_reply(channel, response)
+                if forward is not None and request.code in self._write_codes:
+                    response = None if forward(request, channel) else request.make_response(
+                        ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
+                else:
+                    response = process(request, channel)
+                reply = None if request.is_oneway or response is None else encode_reply(channel, response)
             except Exception as exc:  # noqa: BLE001 - one bad request must not cost the batch its answers
                 log.exception("request code %d from %s failed", request.code, channel)
                 reply = None if request.is_oneway else encode_reply(
                     channel, request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"))
             if request.is_oneway:
                 self._oneway.release()
-            else:
+            elif reply is not None:
                 replies.append((channel, reply))
         if replies:
             self._outbox.put(replies)

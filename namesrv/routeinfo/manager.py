@@ -370,6 +370,24 @@ class RouteInfoManager:
             log.warning("%s", broker)
         return removed
 
+    def expiry_candidates(self, now: int) -> list[tuple[LiveKey, int]]:
+        """Brokers silent past their timeout at `now`, each with the refresh time it was found at.
+
+        Worker processes do not expire brokers on their own: each proposes these to the write log
+        and every worker applies `expire_if_unchanged` in the log's order, so all agree."""
+        with self._lock.read:
+            return [(key, live.last_update_timestamp) for key, live in self._live.items() if live.expired(now)]
+
+    def expire_if_unchanged(self, key: LiveKey, last_update_timestamp: int) -> RemovedBroker | None:
+        """Expire the broker if it was not refreshed since it was found silent at `last_update_timestamp`."""
+        with self._lock.write:
+            live = self._live.get(key)
+            if live is None or live.last_update_timestamp != last_update_timestamp:
+                return None
+            removed = self._unregister_live_locked("expired", key, live)
+        log.warning("%s", removed)
+        return removed
+
     def on_channel_destroy(self, channel: Channel) -> list[RemovedBroker]:
         """A connection closed: remove the brokers whose *current* registration came over it."""
         with self._lock.read:

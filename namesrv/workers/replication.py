@@ -1,32 +1,32 @@
-"""One worker process's end of the replication bus.
+"""One worker process's end of the write log (namesrv.workers.log): proposing, applying, catching up.
 
-`Replicator` is the sending end, called wherever a write has been applied (the executors'
-`RequestDispatcher._run_batch`, the reactor's inline registration path) and wherever a connection
-that carried one closes. `ReplicationBus` owns it and one thread that applies the siblings' logs,
-in order, through a `RequestProcessor(persist=False)` with stand-in channels (so the KV and config
-files are written once, by the worker that took the write), serves table copies to restarting
-siblings, and gets this worker to a consistent start:
+In a worker, a write is never applied where it is received. The executors hand every write
+request to `WorkerBus.forward`, which remembers it as pending and proposes it to the
+supervisor's sequencer; the reactor proposes the close of a connection that carried writes, the
+expiry scan proposes the brokers it finds silent. One thread (NamesrvBus) applies the log in
+order, the same in every worker, through a RequestProcessor that changes memory only (the
+sequencer wrote the files), with the route table's clock set to each entry's time; when an entry
+is this worker's own, it answers the pending request. A write is answered once it is in the
+log and applied here, and (for a persisted one) on disk.
 
-* Barrier: a worker serves only once every sibling the supervisor named has ticked that it hears
-  this worker (and so this worker hears it): no write of either can be missed by the other.
-* A fresh start (every worker starting together) begins from the KV file and no routes.
-* A restart copies a sibling's tables first (`snapshot`), buffering the live stream meanwhile,
-  then applies what the copy does not include. No copy within CATCH_UP_SECONDS: `SyncError`,
-  the worker exits and the supervisor starts it again - it never serves empty tables while a
-  sibling serves full ones.
-
-A gap in a sibling's log (the bus dropped messages: a sibling more than HIGH_WATER_MARK messages
-behind) cannot be repaired in place, so the worker reports lost sync and exits; the supervisor
-restarts it and it copies a sibling's tables again.
+Getting to a consistent start: the first tick tells a worker where the log stands. At 0 (a fresh
+start, nothing written yet) it starts from the KV file and no routes. Otherwise it copies a
+serving sibling's tables (`snapshot`), buffering the log meanwhile, and applies what the copy
+does not include; no copy within CATCH_UP_SECONDS: `SyncError`, the worker exits and the
+supervisor starts it again, so it never serves empty tables while a sibling serves full ones.
+A gap in the log (an entry lost: this worker fell more than the high-water mark behind) cannot
+be repaired in place: the worker reports lost sync and exits, to be restarted from a copy.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgpack
 import zmq
 
 from namesrv.channel import Channel
@@ -36,31 +36,23 @@ from namesrv.processor import RequestProcessor
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.errors import ProtocolError
-from namesrv.protocol.msgpack_codec import decode_msgpack
-from namesrv.remoting.endpoints import ZMQ_TRANSPORT
+from namesrv.remoting.dispatch import encode_reply, encode_request_frame
+from namesrv.remoting.outbox import Outbox
 from namesrv.routeinfo import RouteInfoManager
 from namesrv.workers import snapshot
-from namesrv.workers.bus import (CLOSE, TICK, BusMessage, Positions, SiblingChannel, Verdict, decode, encode_close,
-                                 encode_tick, encode_write)
+from namesrv.workers.log import CLOSE, EXPIRE, TICK, WRITE, Entry, Proposal, SiblingChannel, Verdict, admit
+from namesrv.workers.sequencer import HIGH_WATER_MARK, decode_request, endpoint
 
 log = logging.getLogger(__name__)
 
-#: How often each worker ticks (its last sequence number, the incarnations it hears).
-TICK_SECONDS = 0.1
-#: How long a starting worker waits for the siblings the supervisor named to hear it.
-BARRIER_SECONDS = 10.0
+#: How long a starting worker waits for the log's first tick.
+FIRST_TICK_SECONDS = 10.0
 #: How long one sibling may take to send its tables; all siblings together: CATCH_UP_SECONDS.
 SNAPSHOT_SECONDS = 10.0
 CATCH_UP_SECONDS = 30.0
-#: Messages queued per sibling, each way, before the bus drops (a gap: the receiver restarts).
-HIGH_WATER_MARK = 100_000
-#: A restarted sibling's publisher is reconnected this soon.
-RECONNECT_MS = 20
-#: How long the last writes may take to leave at shutdown.
-LINGER_MS = 1000
-SNAPSHOT_REQUEST = b"snapshot"
-#: Messages applied per poll round before ticking and serving snapshot requests again.
+#: Entries applied per poll round before serving snapshot requests again.
 READ_BUDGET = 1024
+SNAPSHOT_REQUEST = b"snapshot"
 
 
 class SyncError(Exception):
@@ -75,64 +67,22 @@ class WorkerRole:
     #: The supervisor's spawn count: tells the incarnations of one index apart.
     generation: int
     workers: int
-    #: The supervisor's private directory of the bus's ipc endpoints.
-    bus_dir: str
-    #: Siblings the supervisor knows to be running: the barrier waits for them.
-    siblings: tuple[int, ...]
-    #: Copy a sibling's tables before serving (a restart while siblings serve).
-    catch_up: bool
+    #: The server's name in the abstract socket namespace (namesrv.workers.sequencer.new_bus_name).
+    bus_name: str
 
-    def endpoint(self, kind: str, index: int) -> str:
-        return f"ipc://{self.bus_dir}/{kind}-{index}"
+    def endpoint(self, what: str) -> str:
+        return endpoint(self.bus_name, what)
 
 
-class Replicator:
-    """The sending end of this worker's log; every method is thread-safe."""
+class LogClock:
+    """The route table's clock in a worker: the time of the log entry being applied, so that every
+    worker stamps a broker's liveness alike (and expiry, decided by timestamp, agrees)."""
 
-    def __init__(self, context: zmq.Context, role: WorkerRole) -> None:
-        self._role = role
-        self._socket = context.socket(zmq.PUB)
-        self._socket.setsockopt(zmq.SNDHWM, HIGH_WATER_MARK)
-        self._socket.setsockopt(zmq.LINGER, LINGER_MS)
-        self._lock = threading.Lock()  # one thread at a time on the socket, and sequence numbers in send order
-        self._seq = 0
-        #: Local connections that carried a published write: only their closes concern the siblings.
-        self._writers: set[Channel] = set()
+    def __init__(self) -> None:
+        self.now = 0
 
-    def bind(self) -> None:
-        self._socket.bind(self._role.endpoint("pub", self._role.index))
-
-    @property
-    def last_seq(self) -> int:
-        """Sequence number of the last message published."""
-        return self._seq
-
-    def publish_request(self, frame: bytes, channel: Channel) -> None:
-        """`frame`, a request this worker applied, one frame as `channel`'s transport carries it
-        (remoting: without its 4-byte length prefix); call it after applying, before answering."""
-        self._writers.add(channel)
-        role = self._role
-        with self._lock:
-            self._seq += 1
-            self._socket.send(encode_write(role.index, role.generation, self._seq, frame, channel))
-
-    def publish_close(self, channel: Channel) -> None:
-        """A local connection closed (after this worker's own on_channel_destroy)."""
-        if channel not in self._writers:
-            return
-        self._writers.discard(channel)
-        role = self._role
-        with self._lock:
-            self._seq += 1
-            self._socket.send(encode_close(role.index, role.generation, self._seq, channel))
-
-    def publish_tick(self, heard: Iterable[tuple[int, int]]) -> None:
-        role = self._role
-        with self._lock:
-            self._socket.send(encode_tick(role.index, role.generation, self._seq, heard))
-
-    def close(self) -> None:
-        self._socket.close()
+    def __call__(self) -> int:
+        return self.now
 
 
 @dataclass
@@ -144,24 +94,36 @@ class _Fetch:
     deadline: float
 
 
-class ReplicationBus:
-    """`start()` (before serving), `wait_synchronised()`, then it runs by itself; `stop()` last."""
+class WorkerBus:
+    """`start()` (before serving), `wait_synchronised()`, then it runs by itself; `stop()` last.
+
+    `forward`, `propose_close` and `propose_expiry` are thread-safe."""
 
     def __init__(self, role: WorkerRole, config: NamesrvConfig, routes: RouteInfoManager, kv: KVConfigManager,
-                 on_lost_sync: Callable[[str], None]) -> None:
+                 clock: LogClock, outbox: Outbox, on_lost_sync: Callable[[str], None], max_pending: int) -> None:
         self.role = role
         self._config = config
         self._routes = routes
         self._kv = kv
+        self._clock = clock
+        self._outbox = outbox
         self._on_lost_sync = on_lost_sync
-        self._context = zmq.Context(io_threads=1)
-        self.replicator = Replicator(self._context, role)
+        self._max_pending = max_pending
         self._replica = RequestProcessor(config, routes, kv, persist=False)
-        self._positions = Positions()
-        self._heard: dict[int, int] = {}  # origin index -> newest generation heard
-        self._acked: set[int] = set()  # siblings whose ticks say they hear this incarnation
-        #: The siblings' messages while a restart waits for its copy of their tables (None: applied at once).
-        self._backlog: list[BusMessage] | None = [] if role.catch_up else None
+        self._context = zmq.Context(io_threads=1)
+        self._propose_socket = self._context.socket(zmq.DEALER)
+        self._propose_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        #: proposal id -> the request to answer once applied (None: nothing to answer), and its connection.
+        self._pending: dict[int, tuple[Channel, RemotingCommand | None]] = {}
+        #: Local connections that carried a write: only their closes concern the log.
+        self._writers: set[Channel] = set()
+        self._position = 0
+        #: The log while a start waits for its copy of a sibling's tables (None: applied at once).
+        self._backlog: list[Entry] | None = None
+        self._first_tick = False
+        #: The sequence number of the first tick: a copy of a sibling's tables must include that far.
+        self._heard_from = 0
         self._fetch: _Fetch | None = None
         self._fetches = 0
         self._lost = False
@@ -169,7 +131,6 @@ class ReplicationBus:
         self._synchronised = threading.Event()
         self._stopping = False
         self._started = 0.0
-        self._barrier_passed = False
         self._sub: zmq.Socket | None = None
         self._router: zmq.Socket | None = None
         self._thread = threading.Thread(target=self._run, name="NamesrvBus", daemon=True)
@@ -177,18 +138,17 @@ class ReplicationBus:
     # ---- lifecycle (the controller's thread)
     def start(self) -> None:
         role = self.role
-        self.replicator.bind()
+        self._propose_socket.setsockopt(zmq.LINGER, 1000)
+        self._propose_socket.setsockopt(zmq.SNDHWM, HIGH_WATER_MARK)
+        self._propose_socket.connect(role.endpoint("propose"))
         sub = self._context.socket(zmq.SUB)
         sub.setsockopt(zmq.RCVHWM, HIGH_WATER_MARK)
         sub.setsockopt(zmq.LINGER, 0)
-        sub.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
-        for index in range(role.workers):
-            if index != role.index:
-                sub.connect(role.endpoint("pub", index))
+        sub.connect(role.endpoint("log"))
         router = self._context.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
-        router.bind(role.endpoint("snapshot", role.index))
+        router.bind(role.endpoint(f"snapshot-{role.index}"))
         self._sub, self._router = sub, router
         self._started = time.monotonic()
         self._thread.start()
@@ -199,32 +159,61 @@ class ReplicationBus:
         if self._failure is not None:
             raise SyncError(self._failure)
 
+    def drain(self, timeout: float) -> bool:
+        """Wait (shutdown) until every forwarded write came back through the log; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while self._pending and not self._lost and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return not self._pending
+
     def stop(self) -> None:
-        """After the executors finished: the last writes leave (LINGER_MS), then everything closes."""
         self._stopping = True
         if self._thread.ident is not None:
             self._thread.join(5)
         for sock in (self._sub, self._router, self._fetch and self._fetch.socket):
             if sock is not None:
                 sock.close(0)
-        self.replicator.close()
+        self._propose_socket.close()
         self._context.term()
+
+    # ---- proposing (any thread)
+    def forward(self, request: RemotingCommand, channel: Channel) -> bool:
+        """Propose a write request received on a local connection; False if too many are pending."""
+        if len(self._pending) >= self._max_pending:
+            return False
+        proposal_id = next(self._ids)
+        self._pending[proposal_id] = (channel, None if request.is_oneway else request)
+        self._writers.add(channel)
+        self._propose(WRITE, proposal_id, channel, encode_request_frame(channel, request))
+        return True
+
+    def propose_close(self, channel: Channel) -> None:
+        """A local connection closed; only one that carried writes can have registered a broker."""
+        if channel in self._writers:
+            self._writers.discard(channel)
+            self._propose(CLOSE, 0, channel, b"")
+
+    def propose_expiry(self, now: int) -> None:
+        """Propose every broker this worker's scan finds silent (applied only if still silent)."""
+        for (cluster_name, broker_addr), stamp in self._routes.expiry_candidates(now):
+            self._propose(EXPIRE, 0, Channel("tcp", b""), msgpack.packb((cluster_name, broker_addr, stamp)))
+
+    def _propose(self, kind: int, proposal_id: int, channel: Channel, payload: bytes) -> None:
+        role = self.role
+        data = Proposal(kind, role.index, role.generation, proposal_id, channel, payload).encode()
+        with self._propose_lock:
+            self._propose_socket.send(data)
 
     # ---- the bus thread
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sub, zmq.POLLIN)
         poller.register(self._router, zmq.POLLIN)
-        next_tick = time.monotonic()
         while not self._stopping:
             try:
-                now = time.monotonic()
-                if now >= next_tick:
-                    next_tick = now + TICK_SECONDS
-                    self.replicator.publish_tick(self._heard.items())
-                    if not self._synchronised.is_set():
-                        self._start_up(now, poller)
-                events = dict(poller.poll(max(0.0, next_tick - time.monotonic()) * 1000))
+                if not self._synchronised.is_set():
+                    self._start_up(time.monotonic(), poller)
+                events = dict(poller.poll(100))
                 if self._sub in events:
                     self._drain(READ_BUDGET)
                 if self._router in events:
@@ -232,14 +221,13 @@ class ReplicationBus:
                 if self._fetch is not None and self._fetch.socket in events:
                     self._take_snapshot(poller)
             except Exception:  # noqa: BLE001 - the bus must outlive one bad round; it logs and goes on
-                log.exception("replication bus round failed")
+                log.exception("write log round failed")
 
     def _drain(self, budget: int | None) -> None:
-        """Take up to `budget` (None: all) queued messages of the siblings."""
-        sub = self._sub
+        """Take up to `budget` (None: all) queued log entries."""
         while budget is None or budget > 0:
             try:
-                data = sub.recv(zmq.NOBLOCK)
+                data = self._sub.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             self._receive(data)
@@ -248,86 +236,89 @@ class ReplicationBus:
 
     def _receive(self, data: bytes) -> None:
         try:
-            message = decode(data)
+            entry = Entry.decode(data)
         except ProtocolError as exc:
-            log.error("dropped a bus message: %s", exc)
+            log.error("dropped a log entry: %s", exc)
             return
-        if message.generation >= self._heard.get(message.origin, 0):
-            self._heard[message.origin] = message.generation
-        if message.kind == TICK and (self.role.index, self.role.generation) in message.heard:
-            self._acked.add(message.origin)
         if self._lost:
             return
+        if not self._first_tick:
+            if entry.kind != TICK:
+                return  # the log is read from a tick on: it says where a start stands
+            self._first_tick = True
+            self._position = self._heard_from = entry.seq
+            if entry.seq:
+                self._backlog = []  # written to before this worker heard it: copy a sibling's tables
+            return
         if self._backlog is not None:
-            self._backlog.append(message)
-        elif not self._admit(message):
+            self._backlog.append(entry)
+            return
+        verdict = admit(self._position, entry)
+        if verdict is Verdict.APPLY:
+            self._apply(entry)
+        elif verdict is Verdict.GAP:
             self._lost = True
-            reason = f"lost sync with worker {message.origin}: {self._gap(message)}"
+            reason = f"lost sync with the write log: entry {entry.seq} came after {self._position}"
             log.error("%s; exiting so that the supervisor restarts this worker from a sibling's tables", reason)
             self._on_lost_sync(reason)
 
-    def _gap(self, message: BusMessage) -> str:
-        last = self._positions.last(message.origin)
-        return (f"message {message.seq} of generation {message.generation} came after "
-                f"{'nothing' if last is None else f'message {last[1]} of generation {last[0]}'}")
-
-    def _admit(self, message: BusMessage) -> bool:
-        """Apply `message` if it is the next of its log; False if one before it is missing."""
-        verdict = self._positions.admit(message)
-        if verdict is Verdict.APPLY:
-            self._apply(message)
-        return verdict is not Verdict.GAP
-
-    def _apply(self, message: BusMessage) -> None:
-        origin = message.channel
-        channel = SiblingChannel.stand_in(message.origin, message.generation, origin)
-        if message.kind == CLOSE:
+    def _apply(self, entry: Entry) -> None:
+        self._position = entry.seq
+        self._clock.now = entry.time_ms
+        proposal = entry.proposal
+        mine = (proposal.origin, proposal.generation) == (self.role.index, self.role.generation)
+        channel = proposal.channel if mine else SiblingChannel.stand_in(proposal.origin, proposal.generation,
+                                                                        proposal.channel)
+        if entry.kind == CLOSE:
             self._routes.on_channel_destroy(channel)
-            return
+        elif entry.kind == EXPIRE:
+            cluster_name, broker_addr, stamp = msgpack.unpackb(proposal.payload)
+            removed = self._routes.expire_if_unchanged((cluster_name, broker_addr), stamp)
+            if removed is not None and removed.channel is not None and not isinstance(removed.channel,
+                                                                                       SiblingChannel):
+                self._outbox.close_channel(removed.channel, f"broker {removed.broker_addr} expired")
+        elif entry.kind == WRITE:
+            self._apply_write(entry, channel, proposal.proposal_id if mine else None)
+
+    def _apply_write(self, entry: Entry, channel: Channel, proposal_id: int | None) -> None:
+        pending = None if proposal_id is None else self._pending.pop(proposal_id, None)
         try:
-            if origin.transport == ZMQ_TRANSPORT:
-                request = decode_msgpack(message.frame)
-            else:  # the reactor's shortcut first: an unchanged re-registration costs here what it cost there
-                request = self._replica.inline.answer(message.frame, channel)
-                if isinstance(request, bytes):
-                    return
-                if request is None:
-                    request = RemotingCommand.decode(message.frame)
+            request = decode_request(entry.proposal.channel, entry.proposal.payload)
         except ProtocolError as exc:
-            log.error("undecodable write %d from worker %d: %s", message.seq, message.origin, exc)
+            log.error("undecodable write %d from worker %d: %s", entry.seq, entry.proposal.origin, exc)
             return
-        response = self._replica.process(request, channel)
-        if response.code != ResponseCode.SUCCESS:
-            log.warning("write (code %d) from %s, applied there, failed here: %d %s", request.code, channel,
-                        response.code, response.remark)
+        if entry.refused is not None:
+            response = self._replica.respond(request, *entry.refused)
+        else:
+            response = self._replica.process(request, channel)
+            if response.code != ResponseCode.SUCCESS and proposal_id is None:
+                log.debug("write %d (code %d) from %s: %d %s", entry.seq, request.code, channel, response.code,
+                          response.remark)
+        if pending is not None and pending[1] is not None:
+            self._outbox.put([(pending[0], encode_reply(pending[0], response))])
 
     # ---- start-up
     def _start_up(self, now: float, poller: zmq.Poller) -> None:
-        """Barrier, then (a restart) the copy of a sibling's tables; called every tick until synchronised."""
-        missing = [index for index in self.role.siblings if index not in self._acked]
-        if not self._barrier_passed:
-            if missing and now - self._started < BARRIER_SECONDS:
-                return
-            self._barrier_passed = True
-            if missing:
-                log.warning("workers %s did not answer within %.0f s; starting without them", missing,
-                            BARRIER_SECONDS)
+        """Wait for the first tick, then (written to already) copy a sibling's tables."""
+        if not self._first_tick:
+            if now - self._started > FIRST_TICK_SECONDS:
+                self._fail(f"no tick from the write log within {FIRST_TICK_SECONDS:.0f} s")
+            return
         if self._backlog is None:
             self._synchronised.set()
         elif self._fetch is not None and now > self._fetch.deadline:
             log.warning("worker %d sent no tables within %.0f s", self._fetch.source, SNAPSHOT_SECONDS)
             self._drop_fetch(poller)
         elif self._fetch is None:
-            sources = sorted(self._acked)
+            sources = [index for index in range(self.role.workers) if index != self.role.index]
             if not sources or now - self._started > CATCH_UP_SECONDS:
-                self._fail(f"no sibling sent its tables within {CATCH_UP_SECONDS:.0f} s" if sources
-                           else "no sibling answers to copy the tables from")
+                self._fail(f"no sibling sent its tables within {CATCH_UP_SECONDS:.0f} s")
                 return
             source = sources[self._fetches % len(sources)]
             self._fetches += 1
             sock = self._context.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
-            sock.connect(self.role.endpoint("snapshot", source))
+            sock.connect(self.role.endpoint(f"snapshot-{source}"))
             sock.send(SNAPSHOT_REQUEST)
             poller.register(sock, zmq.POLLIN)
             self._fetch = _Fetch(source, sock, now + SNAPSHOT_SECONDS)
@@ -338,17 +329,21 @@ class ReplicationBus:
         self._drop_fetch(poller)
         if not payload:
             log.info("worker %d cannot give its tables yet", source)
+            time.sleep(0.05)
             return
         copied = snapshot.restore(payload, self._routes, self._kv, self._config)
-        self._positions = Positions({origin: mark for origin, mark in copied.marks.items()
-                                     if origin != self.role.index})
-        for message in self._backlog:
-            if not self._admit(message):
-                log.info("the tables of worker %d miss a write of worker %d this worker saw (%s); asking again",
-                         source, message.origin, self._gap(message))
-                return  # the backlog is kept: the next copy is applied with all of it
-        log.info("copied the tables of worker %d (%s, %d bytes), then the %d bus messages received meanwhile", source,
-                 copied.summary, len(payload), len(self._backlog))
+        backlog = [entry for entry in self._backlog if entry.kind != TICK and entry.seq > copied.position]
+        first_missing = backlog[0].seq if backlog else self._heard_from + 1
+        if copied.position < min(first_missing - 1, self._heard_from):
+            log.info("the tables of worker %d end at entry %d, before the %d this worker heard first; asking again",
+                     source, copied.position, first_missing)
+            return  # the backlog is kept: the next copy is applied with all of it
+        self._position = copied.position
+        for entry in backlog:
+            if admit(self._position, entry) is Verdict.APPLY:
+                self._apply(entry)
+        log.info("copied the tables of worker %d (%s, %d bytes) at entry %d, then the %d log entries received "
+                 "meanwhile", source, copied.summary, len(payload), copied.position, len(backlog))
         self._backlog = None
         self._synchronised.set()
 
@@ -363,9 +358,9 @@ class ReplicationBus:
         self._synchronised.set()
 
     def _serve_snapshot(self) -> None:
-        """A restarting sibling asks for this worker's tables: the siblings' queued writes first."""
+        """A starting sibling asks for this worker's tables: the log queued here is applied first."""
         requester, *_ = self._router.recv_multipart()
-        if self._backlog is not None or self._lost:
+        if not self._synchronised.is_set() or self._lost:
             self._router.send_multipart([requester, b""])  # no consistent tables to give
             return
         self._drain(None)
@@ -373,8 +368,6 @@ class ReplicationBus:
             self._router.send_multipart([requester, b""])
             return
         role = self.role
-        marks = self._positions.marks()
-        marks[role.index] = (role.generation, self.replicator.last_seq)
-        payload = snapshot.take(role.index, role.generation, marks, self._routes, self._kv, self._config)
+        payload = snapshot.take(role.index, role.generation, self._position, self._routes, self._kv, self._config)
         self._router.send_multipart([requester, payload])
-        log.info("sent this worker's tables (%d bytes) to a restarting sibling", len(payload))
+        log.info("sent this worker's tables (%d bytes, entry %d) to a starting sibling", len(payload), self._position)

@@ -3,8 +3,8 @@
 A restarted worker must not serve an empty route table while its siblings serve a full one, so
 before it accepts connections it takes over one sibling's tables: routes (with the
 queue-removal counts the re-registration shortcut relies on), the KV table and the remotely
-updatable config keys, together with the `marks` - for each origin, the last message of its log
-the tables include - from which it applies the live stream it buffered meanwhile. Connections
+updatable config keys, together with the `position` - the last entry of the write log the tables
+include - from which it applies the entries it buffered meanwhile. Connections
 in the tables become stand-ins (`SiblingChannel`): the copier's own are stood in for as its
 origin's. The payload is a pickle: it only ever travels between a worker's own processes, over
 ipc in the supervisor's private directory.
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
 from namesrv.routeinfo import RouteInfoManager, RouteTables
-from namesrv.workers.bus import SiblingChannel
+from namesrv.workers.log import SiblingChannel
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    #: origin index -> (generation, last sequence number) of the writes these tables include.
-    marks: dict[int, tuple[int, int]]
+    #: The last log entry these tables include.
+    position: int
     routes: RouteTables
     queue_changes: dict[str, int]
     kv: dict[str, dict[str, str | None]]
@@ -36,17 +36,17 @@ class Snapshot:
                 f"{len(self.kv)} KV namespaces")
 
 
-def take(index: int, generation: int, marks: dict[int, tuple[int, int]], routes: RouteInfoManager,
+def take(index: int, generation: int, position: int, routes: RouteInfoManager,
          kv: KVConfigManager, config: NamesrvConfig) -> bytes:
-    """The pickled copy; `marks` must be read before (a write the marks do not cover may be in the
-    tables too: applying it again is harmless, missing it would not be)."""
+    """The pickled copy of tables that have applied the log up to `position` (taken on the thread
+    that applies it)."""
     tables, queue_changes = routes.export_tables()
     for live in tables.broker_live_table.values():
         if live.channel is not None and not isinstance(live.channel, SiblingChannel):
             live.channel = SiblingChannel.stand_in(index, generation, live.channel)
     updatable = NamesrvConfig.remote_updatable()
     remote_config = {key: value for key, value in config.to_properties().items() if key in updatable}
-    snapshot = Snapshot(marks, tables, queue_changes, kv.export_table(), remote_config)
+    snapshot = Snapshot(position, tables, queue_changes, kv.export_table(), remote_config)
     return pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
 
 

@@ -1,13 +1,13 @@
 """`python -m namesrv` with serverWorkerProcesses = N > 1: the parent of N worker processes.
 
 It validates the configuration, reserves the ports (`ports.reserve_port`: listenPort=0 and a
-ZeroMQ "*" port become concrete ones), creates the bus's private ipc directory, starts the
+ZeroMQ "*" port become concrete ones), runs the write log's sequencer (namesrv.workers.sequencer:
+the one order of every write, and the one writer of the KV and config files), starts the
 workers as fresh interpreters (`python -m namesrv.workers.worker`, in their own process group, so
 a terminal's Ctrl-C reaches the supervisor only) and logs the usual boot line once all of them
 serve. A worker that exits unexpectedly is restarted (at once, or after RESTART_DELAY_SECONDS if
 it lived less than MIN_UPTIME_SECONDS) and copies a serving sibling's tables before it serves.
-SIGTERM/SIGINT are forwarded: every worker shuts down gracefully, then the supervisor removes the
-directory and exits 0. If the supervisor itself is killed, the workers see their stdin close and
+SIGTERM/SIGINT are forwarded: every worker shuts down gracefully, then the supervisor exits 0. If the supervisor itself is killed, the workers see their stdin close and
 shut down too. A worker failing before the boot line ends the whole start (exit 1, or 2 for a
 port or configuration error).
 """
@@ -16,12 +16,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -33,6 +31,7 @@ from namesrv.remoting.reactor import tcp_endpoint
 from namesrv.stop_signals import StopSignals
 from namesrv.workers.ports import reserve_port, zmq_tcp_address
 from namesrv.workers.replication import WorkerRole
+from namesrv.workers.sequencer import Sequencer, new_bus_name
 
 log = logging.getLogger(__name__)
 
@@ -97,18 +96,19 @@ class Supervisor:
         self._log_config = log_config
         self._workers: dict[int, WorkerProcess] = {}
         self._generations = 0
-        self._bus_dir = ""
+        self._bus_name = new_bus_name()
 
     def run(self) -> int:
         reservations = self._reserve_ports()
         stops = StopSignals()
         stops.install()
-        self._bus_dir = tempfile.mkdtemp(prefix="namesrv-bus-")
+        sequencer = Sequencer(self._config, self._bus_name)
+        sequencer.start()
         try:
             return self._supervise(stops)
         finally:
             self._stop_workers()
-            shutil.rmtree(self._bus_dir, ignore_errors=True)
+            sequencer.stop()
             for reservation in reservations:
                 reservation.close()
             log.info("The Name Server shut down")
@@ -172,18 +172,13 @@ class Supervisor:
         return 0
 
     def _spawn(self, index: int, restart: bool) -> None:
-        """Start worker `index`; a restart copies the tables of the siblings serving now (if any)."""
-        count = self._config.server_worker_processes
-        if restart:
-            siblings = tuple(i for i, worker in sorted(self._workers.items()) if worker.serving)
-        else:
-            siblings = tuple(i for i in range(count) if i != index)
+        """Start worker `index`; one started while the log was written to copies a serving sibling's tables."""
         self._generations += 1
-        role = WorkerRole(index, self._generations, count, self._bus_dir, siblings, catch_up=restart and bool(siblings))
+        role = WorkerRole(index, self._generations, self._config.server_worker_processes, self._bus_name)
         worker = WorkerProcess(role, self._config, self._log_config)
         self._workers[index] = worker
-        log.info("started worker %d (pid %d, generation %d)%s", index, worker.pid, role.generation,
-                 f", copying the tables of worker(s) {list(siblings)}" if role.catch_up else "")
+        log.info("%s worker %d (pid %d, generation %d)", "restarted" if restart else "started", index, worker.pid,
+                 role.generation)
 
     def _stop_workers(self) -> None:
         """SIGTERM every worker (graceful: they finish what they accepted), SIGKILL what is left after STOP_SECONDS."""

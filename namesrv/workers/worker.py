@@ -41,7 +41,7 @@ def label_log_records(index: int) -> None:
 
 def main() -> int:
     spec = json.loads(sys.stdin.buffer.readline())
-    role = WorkerRole(**{**spec["role"], "siblings": tuple(spec["role"]["siblings"])})
+    role = WorkerRole(**spec["role"])
     try:
         setup_logging(spec["logConfig"])
     except UsageError as exc:
