@@ -72,8 +72,8 @@ class KVConfigManager:
         return self._path
 
     def memory_only(self) -> KVConfigManager:
-        """The same table, changed in memory only: how a sibling worker process applies a replicated
-        write (namesrv.workers); the worker that took the write persisted it."""
+        """The same table, changed in memory only: how a worker process applies the write log
+        write (namesrv.workers); the supervisor's sequencer persisted it."""
         view = KVConfigManager(self._path)
         view._persist = False
         view._table, view._lock, view._persist_lock = self._table, self._lock, self._persist_lock

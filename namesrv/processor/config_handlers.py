@@ -57,6 +57,6 @@ def update_namesrv_config(ctx: HandlerContext, request: RemotingCommand, channel
             write_atomically(updated.config_store_path, updated.to_text(reveal_secrets=True).encode("utf-8"),
                              mode=0o600 if updated.admin_token else 0o644)
         ctx.config.apply(properties)
-    where = f"written to {updated.config_store_path}" if ctx.persist else "in memory; the worker that took it wrote it"
+    where = f"written to {updated.config_store_path}" if ctx.persist else "in memory; the sequencer wrote the file"
     log.warning("namesrv config updated by %s: %s (%s)", channel, properties, where)
     return request.make_response(ResponseCode.SUCCESS)

@@ -20,7 +20,7 @@ class HandlerContext:
     clock: Callable[[], int]
     #: When the processor was created (ms): needWaitForService counts from here, as RocketMQ does.
     started_ms: int
-    #: False in a sibling worker applying a replicated write: the worker that took it wrote the files.
+    #: False in a worker process applying the write log: the supervisor's sequencer wrote the files.
     persist: bool = True
     #: Serialises UPDATE_NAMESRV_CONFIG so two updates cannot interleave their file writes.
     config_lock: threading.Lock = field(default_factory=threading.Lock)
