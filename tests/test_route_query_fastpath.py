@@ -122,12 +122,27 @@ def test_order_topic_conf_is_part_of_the_answer(tmp_path):
 @pytest.mark.parametrize("header", [
     b'{"code":"105","extFields":{"topic":"TopicA"},"flag":0,"opaque":1,"version":479}',  # number as a string
     b'{"code":105,"extFields":{"topic":"TopicA","x":1},"flag":0,"opaque":1,"version":479}',  # non-string ext
+    b'{"code":105,"extFields":{"topic":"TopicA","x":null},"flag":"0","opaque":1}',  # null ext value
+])
+def test_lenient_json_headers_are_answered_as_the_regular_path_answers_them(server, header):
+    """The inline path reads headers with the regular path's parser: what that parser tolerates is
+    answered, and with the same bytes."""
+    server.regular(query("TopicA"))
+    frame = len(header).to_bytes(4, "big") + header
+    expected = server.regular(frame)
+    assert b'"brokerName":"b1"' in RemotingCommand.decode(expected[4:]).body
+    assert server.answer(frame) == expected
+
+
+@pytest.mark.parametrize("header", [
     b'{"code":105,"extFields":{"topic":"TopicA"},"flag":0,"opaque":4294967296,"version":479}',  # opaque > int32
     b'{"code":105,"extFields":{"topic":"TopicA"},"flag":0,"opaque":1,"remark":[1]}',  # bad remark
     b'{"code":105,"flag":0,"opaque":1}',  # no topic
     b'{"code":105,"extFields":{"topic":"TopicA"}',  # not JSON
     b'[105]',
     b'{"code":106,"extFields":{"topic":"TopicA"},"flag":0,"opaque":1,"version":479}',  # another code
+    b'{"code":105,"extFields":{"topic":"TopicA"},"flag":2,"opaque":1,"version":479}',  # oneway
+    b'{"code":105,"extFields":{"topic":"TopicA"},"flag":1,"opaque":1,"version":479}',  # a response
 ])
 def test_odd_json_headers_are_left_to_the_regular_path(server, header):
     server.regular(query("TopicA"))

@@ -19,10 +19,10 @@ from namesrv.processor.broker_handlers import RegistrationHeader
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.header import BadRequest
 from namesrv.processor.register_fast_path import Process, RegistrationFastPath
-from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, parse_json_route_query, \
-    route_query_of
+from namesrv.processor.requests import BY_CODE
+from namesrv.processor.requests import Inline as RequestInline
+from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, route_query_of
 from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, JSON_FIELD, SeenHeaders
-from namesrv.protocol.codes import RequestCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.errors import ProtocolError
 from namesrv.protocol.json_header import decode_json_header
@@ -54,7 +54,6 @@ class PreparedRegistration(NamedTuple):
 
 #: What a header asks of the inline paths: a route query, a registration, or None (not theirs).
 Inline = RouteQuery | PreparedRegistration | None
-_REGISTER_BROKER = int(RequestCode.REGISTER_BROKER)
 
 
 class InlineAnswers:
@@ -121,24 +120,21 @@ def _with_body_crc(what: Inline, digits: str) -> Inline:
 
 
 def _read_header(serialize_field: int, header: bytes) -> tuple[int, Inline] | None:
-    """(opaque, what the inline paths make of it), or None if the header does not decode."""
-    if serialize_field == JSON_FIELD:
-        query = parse_json_route_query(header)
-        if query is not None:
-            return query
-        decode = decode_json_header
-    else:
-        decode = fastpath.decode_binary_header
+    """(opaque, what the inline paths make of it), or None if the header does not decode.
+
+    The header is read by its codec's one parser, the regular path's own, and the request table's
+    `inline` column says which inline path (if any) may answer the code.
+    """
+    decode = decode_json_header if serialize_field == JSON_FIELD else fastpath.decode_binary_header
     try:
         code, language, version, opaque, flag, remark, ext = decode(header)
     except ProtocolError:
         return None
-    if serialize_field != JSON_FIELD:
-        query = route_query_of(code, version, flag, ext)
-        if query is not None:
-            return opaque, query
-    if code != _REGISTER_BROKER or flag & NOT_PLAIN:
+    spec = BY_CODE.get(code)
+    if spec is None or spec.inline is None or flag & NOT_PLAIN:
         return opaque, None
+    if spec.inline is RequestInline.ROUTE_QUERY:
+        return opaque, route_query_of(version, ext)
     request = RemotingCommand(code, language=language, version=version, flag=flag, remark=remark, ext_fields=ext,
                               serialize_type=serialize_field >> 24)
     try:

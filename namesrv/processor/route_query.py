@@ -3,26 +3,24 @@
 Route queries are most of a NameServer's traffic, and almost all of them hit the route-body cache.
 For those, building a RemotingCommand, handing it to a worker thread, building a response object
 and encoding its header cost many times the lookup itself. The reactor
-(`namesrv.processor.inline`) reads only what the answer depends on (code, flag, opaque, version,
-topic, acceptStandardJsonOnly); `RouteQueryFastPath.answer` looks the body up without the route
-table's lock and writes the response as a pre-encoded header with the opaque patched in.
+(`namesrv.processor.inline`) reads the header with the regular path's own parser, keeps what the
+answer depends on (opaque, topic, JSON flavour) as a `RouteQuery`, and `RouteQueryFastPath.answer`
+looks the body up without the route table's lock and writes the response as a pre-encoded header
+with the opaque patched in.
 
 Everything else returns None and takes the regular path, which owns every other rule: a cache
-miss, TOPIC_NOT_EXIST, the needWaitForService window, a oneway or response frame, and any header
-this reader does not find plain (numbers as strings, non-string extFields, bad UTF-8...). The
-bytes it writes are the ones the regular path would send (tests/test_route_query_fastpath.py).
+miss, TOPIC_NOT_EXIST, the needWaitForService window, a oneway or response frame. The bytes it
+writes are the ones the regular path would send (tests/test_route_query_fastpath.py).
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
-import orjson
-
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.route_handlers import wants_standard_json
 from namesrv.processor.seen_headers import JSON_FIELD, OpaqueTemplate
-from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, INT32_MAX, INT32_MIN, RequestCode, ResponseCode, \
+from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode, \
     SerializeType
 from namesrv.protocol.command import RemotingCommand
 
@@ -37,35 +35,9 @@ class RouteQuery(NamedTuple):
     standard: bool
 
 
-def parse_json_route_query(header: bytes) -> tuple[int, RouteQuery] | None:
-    """(opaque, query) of a plain JSON route query header, else None."""
-    try:
-        fields = orjson.loads(header)
-    except orjson.JSONDecodeError:
-        return None
-    if type(fields) is not dict or fields.get("code") != _ROUTE_QUERY or type(fields["code"]) is not int:
-        return None
-    flag, opaque, version = fields.get("flag", 0), fields.get("opaque", 0), fields.get("version", 0)
-    ext, remark = fields.get("extFields"), fields.get("remark")
-    if (type(flag) is not int or type(opaque) is not int or type(version) is not int or type(ext) is not dict
-            or flag & NOT_PLAIN or not INT32_MIN <= opaque <= INT32_MAX
-            or not INT32_MIN <= flag <= INT32_MAX or not INT32_MIN <= version <= INT32_MAX
-            or (remark is not None and type(remark) is not str)):
-        return None
-    for value in ext.values():
-        if type(value) is not str:
-            return None
-    topic = ext.get("topic")
-    if topic is None:
-        return None
-    return opaque, RouteQuery(topic, wants_standard_json(version, ext.get("acceptStandardJsonOnly")))
-
-
-def route_query_of(code: int, version: int, flag: int, ext: dict[str, str] | None) -> RouteQuery | None:
-    """The query of decoded (binary) header fields, if they make a plain route query."""
-    if code != _ROUTE_QUERY or flag & NOT_PLAIN or not ext:
-        return None
-    topic = ext.get("topic")
+def route_query_of(version: int, ext: dict[str, str] | None) -> RouteQuery | None:
+    """The query of a plain route query's decoded header fields (None without a topic)."""
+    topic = None if ext is None else ext.get("topic")
     if topic is None:
         return None
     return RouteQuery(topic, wants_standard_json(version, ext.get("acceptStandardJsonOnly")))

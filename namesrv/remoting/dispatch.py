@@ -17,8 +17,8 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.msgpack_codec import encode_msgpack
-from namesrv.remoting.endpoints import ZMQ_TRANSPORT, AnswerInline, Job
+from namesrv.remoting.codecs import Decode, encode_reply
+from namesrv.remoting.endpoints import Job
 from namesrv.remoting.executors import BoundedExecutor
 from namesrv.remoting.outbox import Delivery, Outbox
 
@@ -38,24 +38,14 @@ class Processor(Protocol):
     def process(self, request: RemotingCommand, channel: Channel) -> RemotingCommand: ...
 
 
-def encode_reply(channel: Channel, response: RemotingCommand) -> bytes:
-    """A response as its connection's transport carries it."""
-    return encode_msgpack(response) if channel.transport == ZMQ_TRANSPORT else response.encode()
-
-
-def encode_request_frame(channel: Channel, request: RemotingCommand) -> bytes:
-    """A request as one frame of its connection's transport (a remoting frame without its length prefix)."""
-    return encode_msgpack(request) if channel.transport == ZMQ_TRANSPORT else request.encode()[4:]
-
-
 class RequestDispatcher:
     """Routes decoded requests to executors; workers run the processor and post encoded replies."""
 
     def __init__(self, config: NamesrvConfig, processor: Processor, outbox: Outbox, *, pool_of: Mapping[int, str],
                  forward_write: ForwardWrite | None = None, write_codes: Iterable[int] = (),
-                 answer_inline: AnswerInline | None = None) -> None:
+                 answer_inline: Decode | None = None) -> None:
         self._processor = processor
-        #: Answers the reactor may give itself, no executor involved.
+        #: How the reactor decodes TCP frames when it may answer some itself, no executor involved.
         self.answer_inline = answer_inline
         #: Where `write_codes` requests go instead of the processor, in a worker process.
         self._forward_write = forward_write

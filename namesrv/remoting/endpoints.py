@@ -3,8 +3,10 @@
 `StreamEndpoint` is a ZeroMQ STREAM socket speaking raw RocketMQ remoting TCP: ZeroMQ hands us
 byte chunks per connection (an empty chunk announces a connect or a disconnect) and we split them
 into frames ourselves. `RouterEndpoint` is a ROUTER socket for DEALER peers speaking the msgpack
-framing, one command per ZeroMQ frame. Both keep, per connection, a bounded backlog of replies a
-slow reader has not taken yet, and an LRU order of activity for the idle sweep.
+framing, one command per ZeroMQ frame. Each hands its frames to its transport's `Decode`
+(namesrv.remoting.codecs) and reports what that made of them; sending is the reactor's call. Both
+keep, per connection, a bounded backlog of replies a slow reader has not taken yet, and an LRU
+order of activity for the idle sweep.
 
 What one connection's unsent replies may hold: up to the send high-water mark of messages of at
 most MAX_MESSAGE_BYTES inside ZeroMQ, plus `max_backlog_bytes` queued here; past that the peer is
@@ -26,18 +28,13 @@ from namesrv.channel import Channel
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.errors import ProtocolError
 from namesrv.protocol.frame import FrameDecoder
-from namesrv.protocol.msgpack_codec import decode_msgpack
+from namesrv.remoting.codecs import TCP_TRANSPORT, ZMQ_TRANSPORT, Decode, decode_all
 
 log = logging.getLogger(__name__)
 
+#: A request to dispatch, and a reply answered without an executor, with their connection.
 Job = tuple[Channel, RemotingCommand]
-#: Answers the reactor gives itself: the raw frames of one chunk (no length prefix) and their
-#: connection in; (whole response frames, the requests to dispatch, decoded) out (namesrv.processor.inline).
-AnswerInline = Callable[[list[bytes], Channel], tuple[list[bytes], list[RemotingCommand]]]
-
-#: Channel.transport of the two endpoints.
-TCP_TRANSPORT = "tcp"
-ZMQ_TRANSPORT = "zmq"
+Answer = tuple[Channel, bytes]
 #: Connections refused for maxConnections are logged at most this often (with a running count).
 REFUSED_LOG_PERIOD = 1.0
 #: Replies leave in ZeroMQ messages of at most this many bytes (a single larger reply on the ZeroMQ
@@ -86,8 +83,9 @@ class Endpoint:
     transport = ""
 
     def __init__(self, sock: zmq.Socket, max_backlog_bytes: int, on_closed: Callable[[Channel], None], *,
-                 max_connections: int = 0) -> None:
+                 max_connections: int = 0, decode: Decode = decode_all) -> None:
         self.socket = sock
+        self._decode = decode
         self.connections: OrderedDict[bytes, Connection] = OrderedDict()
         self.blocked: set[bytes] = set()
         self._max_backlog_bytes = max_backlog_bytes
@@ -97,12 +95,13 @@ class Endpoint:
         self._refused_logged = -REFUSED_LOG_PERIOD
 
     # ---- transport-specific
-    def read(self, budget: int, now: float, jobs: list[Job]) -> None:
-        """Receive up to `budget` messages; append the commands they complete to `jobs`."""
+    def read(self, budget: int, now: float, jobs: list[Job], answers: list[Answer]) -> None:
+        """Receive up to `budget` messages; append the requests they complete to `jobs`, and the
+        replies the `Decode` answered at once to `answers`."""
         raise NotImplementedError
 
-    def _decode(self, conn: Connection, message: object) -> list[RemotingCommand]:
-        """The commands a received message completes; ProtocolError for bad input."""
+    def _frames(self, conn: Connection, message: object) -> list[bytes]:
+        """The frames a received message completes; ProtocolError for bad input."""
         raise NotImplementedError
 
     def _pack(self, payloads: list[bytes]) -> list[tuple[object, int]]:
@@ -205,10 +204,14 @@ class Endpoint:
         self.blocked.discard(ident)
         conn.backlog.clear()
 
-    def _take(self, conn: Connection, message: object, jobs: list[Job]) -> None:
-        """Append the commands `message` completes; bad input closes the connection and takes none of them."""
+    def _take(self, conn: Connection, message: object, jobs: list[Job], answers: list[Answer]) -> None:
+        """Decode what `message` completes; bad input closes the connection and takes none of it."""
+        channel = conn.channel
         try:
-            commands = self._decode(conn, message)
+            frames = self._frames(conn, message)
+            if not frames:
+                return  # the middle of a large frame
+            replies, commands = self._decode(frames, channel)
         except ProtocolError as exc:
             self.close(conn, f"bad frame: {exc}", logging.WARNING)
             return
@@ -216,7 +219,7 @@ class Endpoint:
             log.error("decoding input from %s failed", _peer(conn), exc_info=exc)
             self.close(conn, f"undecodable input: {type(exc).__name__}: {exc}", logging.WARNING)
             return
-        channel = conn.channel
+        answers.extend((channel, reply) for reply in replies)
         jobs.extend((channel, command) for command in commands)
 
 
@@ -226,13 +229,11 @@ class StreamEndpoint(Endpoint):
     transport = TCP_TRANSPORT
 
     def __init__(self, sock: zmq.Socket, max_backlog_bytes: int, on_closed: Callable[[Channel], None],
-                 max_frame_length: int, *, max_connections: int = 0,
-                 answer_inline: AnswerInline | None = None) -> None:
-        super().__init__(sock, max_backlog_bytes, on_closed, max_connections=max_connections)
+                 max_frame_length: int, *, max_connections: int = 0, decode: Decode = decode_all) -> None:
+        super().__init__(sock, max_backlog_bytes, on_closed, max_connections=max_connections, decode=decode)
         self._max_frame_length = max_frame_length
-        self._answer_inline = answer_inline
 
-    def read(self, budget: int, now: float, jobs: list[Job]) -> None:
+    def read(self, budget: int, now: float, jobs: list[Job], answers: list[Answer]) -> None:
         sock = self.socket
         connections = self.connections
         for _ in range(budget):
@@ -250,21 +251,10 @@ class StreamEndpoint(Endpoint):
                 self._peer_closed(conn)
                 continue
             self._touch(conn, now)
-            self._take(conn, frame.bytes, jobs)
+            self._take(conn, frame.bytes, jobs, answers)
 
-    def _decode(self, conn: Connection, message: bytes) -> list[RemotingCommand]:
-        """Frames `answer_inline` answers are answered here and now (once the whole message decoded)."""
-        frames = conn.decoder.feed(message)
-        answer = self._answer_inline
-        if answer is None:
-            return [RemotingCommand.decode(frame) for frame in frames]
-        if not frames:  # the middle of a large frame
-            return frames
-        channel = conn.channel
-        replies, commands = answer(frames, channel)
-        if replies:
-            self.send(channel.ident, replies, conn.last_active)
-        return commands
+    def _frames(self, conn: Connection, message: bytes) -> list[bytes]:
+        return conn.decoder.feed(message)
 
     def _accept(self, ident: bytes, frame: zmq.Frame, now: float) -> None:
         channel = Channel(self.transport, ident, peer_address(frame))
@@ -300,7 +290,7 @@ class RouterEndpoint(Endpoint):
 
     transport = ZMQ_TRANSPORT
 
-    def read(self, budget: int, now: float, jobs: list[Job]) -> None:
+    def read(self, budget: int, now: float, jobs: list[Job], answers: list[Answer]) -> None:
         sock = self.socket
         connections = self.connections
         for _ in range(budget):
@@ -316,12 +306,12 @@ class RouterEndpoint(Endpoint):
                     continue  # over maxConnections: dropped unanswered
             else:
                 self._touch(conn, now)
-            self._take(conn, parts, jobs)
+            self._take(conn, parts, jobs, answers)
 
-    def _decode(self, conn: Connection, message: list[zmq.Frame]) -> list[RemotingCommand]:
+    def _frames(self, conn: Connection, message: list[zmq.Frame]) -> list[bytes]:
         if len(message) < 2:
             raise ProtocolError("message without a command frame")
-        return [decode_msgpack(part.bytes) for part in message[1:]]
+        return [part.bytes for part in message[1:]]
 
     def _accept(self, ident: bytes, frame: zmq.Frame, now: float) -> Connection | None:
         channel = Channel(self.transport, ident, peer_address(frame))

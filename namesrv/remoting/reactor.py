@@ -1,9 +1,10 @@
 """The reactor: one thread owns every ZeroMQ socket and polls them together.
 
-Per poll round it reads what the sockets hold (bounded), decodes frames, hands the round's
-requests to the executors in one batch per pool, sends back whatever replies the workers posted
-meanwhile (all replies for one connection in one send), retries the backlog of peers whose pipe
-was full, and closes idle connections. Nothing in the loop blocks on a peer or on a worker.
+Per poll round it reads what the sockets hold (bounded), decodes frames (the requests the inline
+paths answer are answered then), hands the round's other requests to the executors in one batch
+per pool, sends back whatever replies there are (all of one connection's in one send), retries
+the backlog of peers whose pipe was full, and closes idle connections. Nothing in the loop waits
+on a peer or on a worker.
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import zmq
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
+from namesrv.remoting.codecs import decode_all
 from namesrv.remoting.curve import CurveServer
 from namesrv.remoting.dispatch import RequestDispatcher
-from namesrv.remoting.endpoints import MAX_MESSAGE_BYTES, Endpoint, Job, RouterEndpoint, StreamEndpoint
+from namesrv.remoting.endpoints import MAX_MESSAGE_BYTES, Answer, Endpoint, Job, RouterEndpoint, StreamEndpoint
 from namesrv.remoting.outbox import Delivery, Outbox
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,7 @@ class Reactor:
             stream.setsockopt(zmq.STREAM_NOTIFY, 1)
             self._add(StreamEndpoint(stream, self._max_backlog_bytes(), self._on_channel_closed,
                                      config.max_frame_length, max_connections=config.max_connections,
-                                     answer_inline=self._dispatcher.answer_inline))
+                                     decode=self._dispatcher.answer_inline or decode_all))
             self.tcp_address = _bound(stream).removeprefix("tcp://")
             if zmq_address:
                 router = self._listen(zmq.ROUTER, zmq_address, zmq_fd)
@@ -196,11 +198,14 @@ class Reactor:
                 now = time.monotonic()
                 if reading:
                     jobs: list[Job] = []
+                    answers: list[Answer] = []
                     for endpoint in endpoints:
                         if endpoint.socket in events:
-                            endpoint.read(READ_BUDGET, now, jobs)
+                            endpoint.read(READ_BUDGET, now, jobs, answers)
                     if jobs:
-                        self._deliver(self._dispatcher.dispatch(jobs), now)
+                        answers.extend(self._dispatcher.dispatch(jobs))
+                    if answers:
+                        self._deliver(answers, now)
                 if wake_fd in events:
                     self._deliver(self._outbox.drain(), now)
                 for endpoint in endpoints:

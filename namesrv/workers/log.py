@@ -22,7 +22,7 @@ import msgpack
 
 from namesrv.channel import Channel
 from namesrv.protocol.errors import ProtocolError
-from namesrv.remoting.endpoints import TCP_TRANSPORT, ZMQ_TRANSPORT
+from namesrv.remoting.codecs import TCP_TRANSPORT, ZMQ_TRANSPORT
 
 WRITE, CLOSE, EXPIRE, TICK = 1, 2, 3, 4
 #: Origin indexes fit one byte (stand-in channel idents start with it).

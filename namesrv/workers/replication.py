@@ -36,12 +36,12 @@ from namesrv.processor import RequestProcessor
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.errors import ProtocolError
-from namesrv.remoting.dispatch import encode_reply, encode_request_frame
+from namesrv.remoting.codecs import decode_frame, encode_reply, encode_request_frame
 from namesrv.remoting.outbox import Outbox
 from namesrv.routeinfo import RouteInfoManager
 from namesrv.workers import snapshot
 from namesrv.workers.log import CLOSE, EXPIRE, TICK, WRITE, Entry, Proposal, SiblingChannel, Verdict, admit
-from namesrv.workers.sequencer import HIGH_WATER_MARK, decode_request, endpoint
+from namesrv.workers.sequencer import HIGH_WATER_MARK, endpoint
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +283,7 @@ class WorkerBus:
     def _apply_write(self, entry: Entry, channel: Channel, proposal_id: int | None) -> None:
         pending = None if proposal_id is None else self._pending.pop(proposal_id, None)
         try:
-            request = decode_request(entry.proposal.channel, entry.proposal.payload)
+            request = decode_frame(entry.proposal.channel, entry.proposal.payload)
         except ProtocolError as exc:
             log.error("undecodable write %d from worker %d: %s", entry.seq, entry.proposal.origin, exc)
             return

@@ -29,8 +29,7 @@ from namesrv.processor import PERSISTED_CODES, RequestProcessor
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.errors import ProtocolError
-from namesrv.protocol.msgpack_codec import decode_msgpack
-from namesrv.remoting.endpoints import ZMQ_TRANSPORT
+from namesrv.remoting.codecs import decode_frame
 from namesrv.routeinfo import RouteInfoManager, now_ms
 from namesrv.workers.log import TICK, WRITE, Entry, Proposal
 
@@ -49,11 +48,6 @@ def new_bus_name() -> str:
 
 def endpoint(bus_name: str, what: str) -> str:
     return f"ipc://@{bus_name}/{what}"
-
-
-def decode_request(channel: Channel, frame: bytes) -> RemotingCommand:
-    """A request frame as its connection's transport carried it (remoting: no length prefix)."""
-    return decode_msgpack(frame) if channel.transport == ZMQ_TRANSPORT else RemotingCommand.decode(frame)
 
 
 class Sequencer:
@@ -122,7 +116,7 @@ class Sequencer:
     def _persist(self, proposal: Proposal) -> tuple[int, str | None] | None:
         """Apply a persisted write here, files included; its refusal, or None (applied, or not persisted)."""
         try:
-            request = decode_request(proposal.channel, proposal.payload)
+            request = decode_frame(proposal.channel, proposal.payload)
         except ProtocolError:
             return None  # every worker fails to decode it alike
         if request.code not in PERSISTED_CODES:
