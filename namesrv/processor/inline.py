@@ -5,7 +5,7 @@ one quickly made: route queries whose encoded route is cached (`RouteQueryFastPa
 brokers' registrations of small topic tables, unchanged or not (`RegistrationFastPath`). For
 them the hand-off to a worker thread and back, and the header parse, cost more than the answer.
 `InlineAnswers.answer` reads the header once per peer and request shape (`SeenHeaders`; a repeat
-costs a lookup, a registration with a new body's CRC32 a rebinding), then lets the matching fast
+costs a lookup), then lets the matching fast
 path answer or step aside (None): everything else, and every case those paths do not own, takes
 the regular path through the executors.
 """
@@ -43,14 +43,6 @@ class PreparedRegistration(NamedTuple):
         request.keep_typed_header(self.header)
         return request
 
-    def with_body_crc(self, digits: str) -> PreparedRegistration:
-        """The same header with the bodyCrc32 `digits` (of an int32) instead."""
-        header, r = self
-        return PreparedRegistration(
-            RegistrationHeader(header.identity, int(digits), header.compressed, header.version),
-            RemotingCommand(r.code, language=r.language, version=r.version, flag=r.flag, remark=r.remark,
-                            ext_fields={**r.ext_fields, "bodyCrc32": digits}, serialize_type=r.serialize_type))
-
 
 #: What a header asks of the inline paths: a route query, a registration, or None (not theirs).
 Inline = RouteQuery | PreparedRegistration | None
@@ -65,7 +57,7 @@ class InlineAnswers:
         apply every write in the write log's order, namesrv.workers)."""
         self.route_queries = RouteQueryFastPath(ctx)
         self.registrations = RegistrationFastPath(ctx, process) if registrations else None
-        self._seen: SeenHeaders[Inline] = SeenHeaders(_read_header, _with_body_crc)
+        self.seen: SeenHeaders[Inline] = SeenHeaders(_read_header)
 
     def answer_all(self, frames: list[bytes], channel: Channel) -> tuple[list[bytes], list[RemotingCommand]]:
         """The frames of one received chunk: (answers, the requests to dispatch, decoded).
@@ -76,7 +68,7 @@ class InlineAnswers:
         """
         routes = self.route_queries
         if routes.serving():
-            replies, frames = fastpath.route_hits(frames, self._seen.json, RouteQuery, routes.cached_body,
+            replies, frames = fastpath.route_hits(frames, self.seen.json.table, RouteQuery, routes.cached_body,
                                                   routes.json.head, routes.json.tail)
         else:
             replies = []
@@ -101,7 +93,7 @@ class InlineAnswers:
         if body_at > len(frame):
             return None
         serialize_field = field & ~HEADER_LENGTH_MASK
-        read = self._seen.read(serialize_field, frame[4:body_at])
+        read = self.seen.read(serialize_field, frame[4:body_at])
         if read is None or read[1] is None:
             return None
         opaque, what = read
@@ -112,11 +104,6 @@ class InlineAnswers:
             return request
         reply = self.registrations.answer(what.header, request, channel)
         return request if reply is None else reply
-
-
-def _with_body_crc(what: Inline, digits: str) -> Inline:
-    """What a header says with other bodyCrc32 digits: only a registration reads them."""
-    return what.with_body_crc(digits) if type(what) is PreparedRegistration else what
 
 
 def _read_header(serialize_field: int, header: bytes) -> tuple[int, Inline] | None:

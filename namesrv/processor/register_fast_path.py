@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from namesrv.caches import BoundedMemo
 from namesrv.channel import Channel
 from namesrv.processor.broker_handlers import (RegistrationHeader, order_topics_body, refresh_if_unchanged,
                                                registration_ext_fields)
@@ -27,8 +28,9 @@ from namesrv.processor.seen_headers import OpaqueTemplate
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 
-#: Bound of the remembered response headers (distinct master/HA addresses answered; cleared when full).
-_TEMPLATES = 1024
+#: Bounds of the remembered response headers (distinct master/HA addresses answered; emptied when full).
+TEMPLATES = 1024
+TEMPLATE_BYTES = 4 * 1024 * 1024
 
 #: The regular path (RequestProcessor.process).
 Process = Callable[[RemotingCommand, Channel], RemotingCommand]
@@ -40,7 +42,8 @@ class RegistrationFastPath:
     def __init__(self, ctx: HandlerContext, process: Process) -> None:
         self._ctx = ctx
         self._process = process
-        self._templates: dict[tuple[int, tuple[tuple[str, str], ...]], OpaqueTemplate] = {}
+        self.templates: BoundedMemo[tuple[int, tuple[tuple[str, str], ...]], OpaqueTemplate] = BoundedMemo(
+            "registration answers", TEMPLATES, TEMPLATE_BYTES)
 
     def answer(self, registration: RegistrationHeader, request: RemotingCommand, channel: Channel) -> bytes | None:
         """`request` is the decoded registration; `registration` its header read."""
@@ -64,10 +67,8 @@ class RegistrationFastPath:
     def _success(self, request: RemotingCommand, ext_fields: dict[str, str], body: bytes | None) -> bytes:
         """The SUCCESS answer's frame: its header encoded once per codec and header fields, the opaque stamped in."""
         key = (request.serialize_type, tuple(sorted(ext_fields.items())))
-        template = self._templates.get(key)
+        template = self.templates.table.get(key)
         if template is None:
-            if len(self._templates) >= _TEMPLATES:
-                self._templates.clear()
-            template = self._templates[key] = OpaqueTemplate(
-                request.make_response(ResponseCode.SUCCESS, ext_fields=ext_fields))
+            template = OpaqueTemplate(request.make_response(ResponseCode.SUCCESS, ext_fields=ext_fields))
+            self.templates.remember(key, template, 2 * sum(len(k) + len(v) for k, v in key[1]))
         return template.frame(request.opaque, body)

@@ -1,0 +1,128 @@
+"""What each cache of namesrv.caches saves: the request path with and without it, in one run.
+
+    .venv/bin/python -m bench.cache_value                # 5 ABAB rounds of 0.5 s per leg
+    .venv/bin/python -m bench.cache_value --rounds 9 --leg-seconds 1
+
+Sans-IO: the request processor and its route table in this process, fed pre-rendered frames of
+bench.throughput's fleet (one broker, 100 topics of 8 queues), the way the reactor feeds them
+(`InlineAnswers.answer_all` on each chunk, what it hands back processed and encoded as an
+executor would). For each cache, legs alternate "with" and "without" (the cache given no bytes),
+and the median of each is printed with their ratio: how many times faster the path is with it.
+
+* seen headers       route queries and unchanged re-registrations, header parsed every time without;
+* registration answers  unchanged re-registrations, response header encoded every time without;
+* route bodies       route queries, route encoded (under the read lock) every time without.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
+from namesrv.channel import Channel  # noqa: E402
+from namesrv.config import NamesrvConfig  # noqa: E402
+from namesrv.kvconfig import KVConfigManager  # noqa: E402
+from namesrv.processor import RequestProcessor  # noqa: E402
+from namesrv.processor.inline import _read_header  # noqa: E402
+from namesrv.processor.seen_headers import SeenHeaders  # noqa: E402
+from namesrv.protocol import DataVersion  # noqa: E402
+from namesrv.remoting.codecs import encode_reply  # noqa: E402
+from namesrv.routeinfo import RouteInfoManager  # noqa: E402
+from namesrv.routeinfo.cache import DEFAULT_MAX_BYTES  # noqa: E402
+
+CHUNK = 32
+CLIENT = Channel("tcp", b"client", "127.0.0.1:50000")
+BROKER = Channel("tcp", b"broker", "127.0.0.1:50001")
+
+
+class Server:
+    """A processor over a route table holding the fleet's broker, with the caches sized as asked."""
+
+    def __init__(self, workdir: Path, fleet: FleetShape, *, seen_bytes: int | None = None,
+                 template_bytes: int | None = None, route_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        config = NamesrvConfig(kv_config_path=str(workdir / "kv.json"), config_store_path=str(workdir / "ns.props"))
+        self.routes = RouteInfoManager(config, route_cache_bytes=route_bytes)
+        kv = KVConfigManager(config.kv_config_path)
+        self.processor = RequestProcessor(config, self.routes, kv)
+        inline = self.processor.inline
+        if seen_bytes is not None:
+            inline.seen = SeenHeaders(_read_header, max_bytes=seen_bytes)
+        if template_bytes is not None:
+            inline.registrations.templates.max_bytes = template_bytes
+        broker = fleet.broker(0)
+        self.register_frames = [register_template(fleet, broker, register_body(
+            fleet, broker.cluster, DataVersion(1, 1))).render(i + 1)[4:] for i in range(CHUNK)]
+        topics = fleet.cluster_topics(broker.cluster)
+        self.route_frames = [route_template(fleet, topics[i % len(topics)]).render(i + 1)[4:] for i in range(CHUNK)]
+        self.chunk(self.register_frames, BROKER)  # registers the broker
+
+    def chunk(self, frames: list[bytes], channel: Channel) -> int:
+        """Answer one received chunk as the reactor and an executor would; the answers' bytes."""
+        replies, commands = self.processor.inline.answer_all(frames, channel)
+        size = sum(map(len, replies))
+        for command in commands:
+            size += len(encode_reply(channel, self.processor.process(command, channel)))
+        return size
+
+
+def rate(server: Server, frames: list[bytes], channel: Channel, seconds: float) -> float:
+    """Requests answered per second for `seconds`."""
+    done = 0
+    started = time.perf_counter()
+    deadline = started + seconds
+    while time.perf_counter() < deadline:
+        for _ in range(20):
+            server.chunk(frames, channel)
+        done += 20 * len(frames)
+    return done / (time.perf_counter() - started)
+
+
+def compare(name: str, with_it: Callable[[], float], without: Callable[[], float], rounds: int) -> float:
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(with_it())
+        b.append(without())
+    ratio = statistics.median(a) / statistics.median(b)
+    print(f"{name:44s} with {statistics.median(a):>10,.0f}/s  without {statistics.median(b):>10,.0f}/s  "
+          f"ratio {ratio:5.2f}")
+    return ratio
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--leg-seconds", type=float, default=0.5)
+    args = parser.parse_args(argv)
+    fleet = FleetShape(brokers=1, topics_per_broker=100, queues_per_topic=8, clusters=1, slaves_per_master=0)
+    leg = args.leg_seconds
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for sub in ("all", "no-seen", "no-templates", "no-routes"):
+            (root / sub).mkdir()
+        full = Server(root / "all", fleet)
+        no_seen = Server(root / "no-seen", fleet, seen_bytes=0)
+        no_templates = Server(root / "no-templates", fleet, template_bytes=0)
+        no_routes = Server(root / "no-routes", fleet, route_bytes=0)
+        print(f"per-request answers/s, median of {args.rounds} alternating legs of {leg} s")
+        compare("seen headers: route query", lambda: rate(full, full.route_frames, CLIENT, leg),
+                lambda: rate(no_seen, no_seen.route_frames, CLIENT, leg), args.rounds)
+        compare("seen headers: unchanged re-registration", lambda: rate(full, full.register_frames, BROKER, leg),
+                lambda: rate(no_seen, no_seen.register_frames, BROKER, leg), args.rounds)
+        compare("registration answers: unchanged re-registration",
+                lambda: rate(full, full.register_frames, BROKER, leg),
+                lambda: rate(no_templates, no_templates.register_frames, BROKER, leg), args.rounds)
+        compare("route bodies: route query", lambda: rate(full, full.route_frames, CLIENT, leg),
+                lambda: rate(no_routes, no_routes.route_frames, CLIENT, leg), args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
