@@ -213,6 +213,22 @@ def test_a_killed_worker_is_restarted_with_its_siblings_routes(workers, raw_conn
     wait_until(lambda: brokers(conn) == [], 1.0, "broker-a gone on the restarted worker")
 
 
+def test_brokers_of_a_killed_worker_are_dropped_by_its_siblings(workers, raw_connect) -> None:
+    """A dead worker's connections are closed connections: RocketMQ drops the brokers registered
+    over them at once, and so does every sibling (the supervisor logs the worker as gone)."""
+    (pid_a, a), (pid_b, b) = one_per_worker(workers, raw_connect).items()
+    register(a, "broker-a", "127.0.0.1:10911")
+    register(b, "broker-b", "127.0.0.1:10921")
+    assert brokers(a) == brokers(b) == ["broker-a", "broker-b"]
+    os.kill(pid_b, signal.SIGKILL)
+    killed = time.monotonic()
+    wait_until(lambda: brokers(a) == ["broker-a"], 2.0, "broker-b gone from the surviving worker")
+    assert time.monotonic() - killed < 2.0
+    match = workers.wait_for_log(r"worker \d \(pid (\d+)\) restarted and serving", timeout=15)
+    restarted = one_per_worker(workers, raw_connect, {int(match.group(1))})[int(match.group(1))]
+    assert brokers(restarted) == ["broker-a"]  # the connection that outlived it keeps its broker
+
+
 def test_sigterm_stops_every_worker_and_the_log_leaves_nothing_on_disk(workers, raw_connect) -> None:
     children = workers_of(workers)
     sockets = [c.laddr for process in (psutil.Process(workers.pid), *children)

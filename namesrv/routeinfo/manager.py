@@ -388,6 +388,11 @@ class RouteInfoManager:
         log.warning("%s", removed)
         return removed
 
+    def channels(self) -> list[Channel]:
+        """The connections current registrations came over."""
+        with self._lock.read:
+            return list(self._channel_keys)
+
     def on_channel_destroy(self, channel: Channel) -> list[RemovedBroker]:
         """A connection closed: remove the brokers whose *current* registration came over it."""
         with self._lock.read:

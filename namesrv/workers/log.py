@@ -24,7 +24,7 @@ from namesrv.channel import Channel
 from namesrv.protocol.errors import ProtocolError
 from namesrv.remoting.codecs import TCP_TRANSPORT, ZMQ_TRANSPORT
 
-WRITE, CLOSE, EXPIRE, TICK = 1, 2, 3, 4
+WRITE, CLOSE, EXPIRE, TICK, GONE = 1, 2, 3, 4, 5
 #: Origin indexes fit one byte (stand-in channel idents start with it).
 MAX_WORKERS = 255
 #: origin index, origin generation, transport code: the prefix of a stand-in channel's ident.
@@ -52,6 +52,12 @@ class SiblingChannel(Channel):
     def origin(self) -> int:
         return self.ident[0]
 
+    @property
+    def incarnation(self) -> tuple[int, int]:
+        """(origin index, origin generation): the worker process the connection belonged to."""
+        origin, generation, _ = _STAND_IN.unpack_from(self.ident)
+        return origin, generation
+
     def __str__(self) -> str:
         return f"worker{self.origin}:{self.remote_addr or self.ident[_STAND_IN.size:].hex()}"
 
@@ -66,7 +72,8 @@ class Proposal:
     #: The origin's own number for it: how the origin finds the request to answer.
     proposal_id: int
     channel: Channel
-    #: WRITE: the request frame; EXPIRE: msgpack [clusterName, brokerAddr, lastUpdateTimestamp]; CLOSE: empty.
+    #: WRITE: the request frame; EXPIRE: msgpack [clusterName, brokerAddr, lastUpdateTimestamp]; CLOSE and
+    #: GONE (from the supervisor: worker `origin` of `generation` exited, its connections with it): empty.
     payload: bytes
 
     def encode(self) -> bytes:

@@ -40,7 +40,7 @@ from namesrv.remoting.codecs import decode_frame, encode_reply, encode_request_f
 from namesrv.remoting.outbox import Outbox
 from namesrv.routeinfo import RouteInfoManager
 from namesrv.workers import snapshot
-from namesrv.workers.log import CLOSE, EXPIRE, TICK, WRITE, Entry, Proposal, SiblingChannel, Verdict, admit
+from namesrv.workers.log import CLOSE, EXPIRE, GONE, TICK, WRITE, Entry, Proposal, SiblingChannel, Verdict, admit
 from namesrv.workers.sequencer import HIGH_WATER_MARK, endpoint
 
 log = logging.getLogger(__name__)
@@ -271,6 +271,11 @@ class WorkerBus:
                                                                         proposal.channel)
         if entry.kind == CLOSE:
             self._routes.on_channel_destroy(channel)
+        elif entry.kind == GONE:
+            gone = (proposal.origin, proposal.generation)
+            for stand_in in self._routes.channels():
+                if isinstance(stand_in, SiblingChannel) and stand_in.incarnation == gone:
+                    self._routes.on_channel_destroy(stand_in)
         elif entry.kind == EXPIRE:
             cluster_name, broker_addr, stamp = msgpack.unpackb(proposal.payload)
             removed = self._routes.expire_if_unchanged((cluster_name, broker_addr), stamp)

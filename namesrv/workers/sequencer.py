@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import secrets
 import threading
 import time
@@ -31,7 +32,7 @@ from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.errors import ProtocolError
 from namesrv.remoting.codecs import decode_frame
 from namesrv.routeinfo import RouteInfoManager, now_ms
-from namesrv.workers.log import TICK, WRITE, Entry, Proposal
+from namesrv.workers.log import GONE, TICK, WRITE, Entry, Proposal
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ class Sequencer:
         self._pub = self._context.socket(zmq.PUB)
         self._seq = 0
         self._stopping = False
+        #: Workers that exited, (index, generation), put by the supervisor's thread.
+        self._gone: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="NamesrvSequencer", daemon=True)
 
     def start(self) -> None:
@@ -83,6 +86,11 @@ class Sequencer:
         self._pub.close(0)
         self._context.term()
 
+    def worker_gone(self, index: int, generation: int) -> None:
+        """Log that a worker exited (any thread): every worker then drops the brokers whose
+        connection was one of its, as a closed connection drops them (within a tick)."""
+        self._gone.put((index, generation))
+
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._router, zmq.POLLIN)
@@ -92,6 +100,9 @@ class Sequencer:
                 now = time.monotonic()
                 if now >= next_tick:
                     next_tick = now + TICK_SECONDS
+                    while not self._gone.empty():
+                        index, generation = self._gone.get()
+                        self._publish(Proposal(GONE, index, generation, 0, Channel("tcp", b"", ""), b""), None)
                     self._pub.send(Entry(self._seq, TICK).encode())
                 if poller.poll(max(0.0, next_tick - time.monotonic()) * 1000):
                     for _ in range(1024):
@@ -109,7 +120,13 @@ class Sequencer:
         except ProtocolError as exc:
             log.error("dropped a proposal: %s", exc)
             return
-        refused = self._persist(proposal) if proposal.kind == WRITE else None
+        if proposal.kind == GONE:
+            log.error("dropped a GONE proposal from worker %d: only the supervisor says a worker is gone",
+                      proposal.origin)
+            return
+        self._publish(proposal, self._persist(proposal) if proposal.kind == WRITE else None)
+
+    def _publish(self, proposal: Proposal, refused: tuple[int, str | None] | None) -> None:
         self._seq += 1
         self._pub.send(Entry(self._seq, proposal.kind, now_ms(), proposal, refused).encode())
 

@@ -105,7 +105,7 @@ class Supervisor:
         sequencer = Sequencer(self._config, self._bus_name)
         sequencer.start()
         try:
-            return self._supervise(stops)
+            return self._supervise(stops, sequencer)
         finally:
             self._stop_workers()
             sequencer.stop()
@@ -133,7 +133,7 @@ class Supervisor:
             raise BindError(endpoint, exc.strerror or str(exc)) from None
         return reservations
 
-    def _supervise(self, stops: StopSignals) -> int:
+    def _supervise(self, stops: StopSignals, sequencer: Sequencer) -> int:
         count = self._config.server_worker_processes
         for index in range(count):
             self._spawn(index, restart=False)
@@ -152,6 +152,7 @@ class Supervisor:
                     continue
                 del self._workers[worker.role.index]
                 code = worker.reap()
+                sequencer.worker_gone(worker.role.index, worker.role.generation)
                 if not booted:
                     log.error("worker %d (pid %d) exited with %d before serving", worker.role.index, worker.pid, code)
                     return code if code in (1, 2) else 1
