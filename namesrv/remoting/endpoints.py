@@ -32,9 +32,9 @@ from namesrv.remoting.codecs import TCP_TRANSPORT, ZMQ_TRANSPORT, Decode, decode
 
 log = logging.getLogger(__name__)
 
-#: A request to dispatch, and a reply answered without an executor, with their connection.
+#: A request to dispatch, and the replies to one message answered without an executor, with their connection.
 Job = tuple[Channel, RemotingCommand]
-Answer = tuple[Channel, bytes]
+Answer = tuple[Channel, list[bytes]]
 #: Connections refused for maxConnections are logged at most this often (with a running count).
 REFUSED_LOG_PERIOD = 1.0
 #: Replies leave in ZeroMQ messages of at most this many bytes (a single larger reply on the ZeroMQ
@@ -219,7 +219,8 @@ class Endpoint:
             log.error("decoding input from %s failed", _peer(conn), exc_info=exc)
             self.close(conn, f"undecodable input: {type(exc).__name__}: {exc}", logging.WARNING)
             return
-        answers.extend((channel, reply) for reply in replies)
+        if replies:
+            answers.append((channel, replies))
         jobs.extend((channel, command) for command in commands)
 
 

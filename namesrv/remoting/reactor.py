@@ -202,10 +202,10 @@ class Reactor:
                     for endpoint in endpoints:
                         if endpoint.socket in events:
                             endpoint.read(READ_BUDGET, now, jobs, answers)
+                    for channel, replies in answers:
+                        self._endpoints[channel.transport].send(channel.ident, replies, now)
                     if jobs:
-                        answers.extend(self._dispatcher.dispatch(jobs))
-                    if answers:
-                        self._deliver(answers, now)
+                        self._deliver(self._dispatcher.dispatch(jobs), now)
                 if wake_fd in events:
                     self._deliver(self._outbox.drain(), now)
                 for endpoint in endpoints:
