@@ -1,17 +1,25 @@
 """Closed-loop throughput of namesrv as a fraction of the bare echo ceiling, measured in one run.
 
-    .venv/bin/python -m bench.throughput                       # all workloads, 3 ABAB rounds, 3 s legs
+    .venv/bin/python -m bench.throughput                       # all workloads, 3 rounds, 3 s legs
     .venv/bin/python -m bench.throughput --workloads route --rounds 5 --leg-seconds 4
     NAMESRV_PURE_PYTHON=1 .venv/bin/python -m bench.throughput # both servers on the pure-Python fast path
     .venv/bin/python -m bench.throughput --namesrv-option serverWorkerProcesses=2
 
 Two servers run side by side for the whole run: bench/ceiling.py (pyzmq STREAM, split frames and
 echo them, nothing else) and a fresh namesrv (namesrv.launcher), or existing ones (--ceiling /
---namesrv). For each workload, legs alternate ceiling, namesrv, ceiling, namesrv ... (ABAB, so
-drift on the shared 2-core machine hits both alike), each driven by independent load-generator
-processes (--generators) that keep a fixed number of requests in flight per connection. The
-answers per second of each leg, the medians and their ratio are printed, plus the server's
-answers per CPU-second (user + system of the server process, all its threads).
+--namesrv). For each workload, every round runs one leg on each server and the order flips from
+round to round and from workload to workload (ceiling, namesrv, namesrv, ceiling, ... — ABBA, so
+drift on the shared 2-core machine, and whatever one leg leaves behind for the next, hits both
+alike), each driven by independent load-generator processes (--generators) that keep a fixed
+number of requests in flight per connection. The answers per second of each leg, the medians and
+their ratio are printed, plus the server's answers per CPU-second (user + system of the server
+process and its children; for --ceiling / --namesrv, of the process listening on that address
+when it can be found).
+
+The two columns are treated alike, so that the same server in both (an A/A run: --ceiling and
+--namesrv pointing at two identical namesrv) gives a ratio of 1 up to noise: both get the route
+workload's broker registered before each workload (the ceiling echoes the registration, which is
+accepted as its answer), and the load generator does exactly the same work per answer on both.
 
 Workloads (the issue 7 set):
 * route          GET_ROUTEINFO_BY_TOPIC, JSON header (or --serialize rocketmq), 4 connections x 32 in
@@ -25,8 +33,12 @@ Workloads (the issue 7 set):
 
 The generator is built to outrun the servers: every request is rendered in advance (a pool per
 connection with distinct opaques, cycled, larger than the in-flight window), answers are only
-counted by splitting frames, and each received chunk is refilled with one send. One answer per
-chunk has its response code checked (namesrv must answer SUCCESS).
+counted by splitting frames, and each received chunk is refilled with one send. Nothing is
+decoded inside the measured window (the client shares the cores with the servers, so checking
+answers there would slow whichever column is checked); instead, on both columns, the last answer of
+every chunk during the warm-up and every answer still in flight when the window closes (the leg
+drains its connections before closing them) are decoded and checked: a response must be SUCCESS,
+and on the ceiling column an echoed request counts as a good answer too.
 """
 from __future__ import annotations
 
@@ -53,6 +65,7 @@ from namesrv.fastpath import split_frames  # noqa: E402
 from namesrv.launcher import NamesrvProcess  # noqa: E402
 from namesrv.protocol import DataVersion, RemotingCommand, ResponseCode  # noqa: E402
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH  # noqa: E402
+from namesrv.protocol.errors import ProtocolError  # noqa: E402
 
 WORKLOADS = ("route", "register-new", "register-same", "register-churn")
 _RECV_BYTES = 1 << 20
@@ -103,9 +116,23 @@ def build_workload(name: str, fleet: FleetShape) -> Workload:
     raise ValueError(f"unknown workload {name!r} (known: {', '.join(WORKLOADS)})")
 
 
+def answer_ok(frame: bytes, echo_ok: bool) -> bool:
+    """A response must be SUCCESS; an echoed request (the ceiling's answer) is good where `echo_ok`."""
+    try:
+        command = RemotingCommand.decode(frame)
+    except (ProtocolError, ValueError):
+        return False
+    return command.code == ResponseCode.SUCCESS if command.is_response else echo_ok
+
+
 def drive(address: tuple[str, int], pools: tuple[tuple[bytes, ...], ...], in_flight: int, start_at: float,
-          warmup_s: float, duration_s: float, expect_code: int | None, out: multiprocessing.Queue) -> None:
-    """One generator process: keep `in_flight` requests outstanding per connection; count answers."""
+          warmup_s: float, duration_s: float, echo_ok: bool, out: multiprocessing.Queue) -> None:
+    """One generator process: keep `in_flight` requests outstanding per connection; count answers.
+
+    Answers are checked outside the measured window only (see the module docstring), the same way
+    whatever the server: the warm-up checks the last answer of each chunk, and once the window has
+    closed every connection is drained of its `in_flight` outstanding answers, all checked.
+    """
     selector = selectors.DefaultSelector()
     states = []
     for pool in pools:
@@ -121,26 +148,59 @@ def drive(address: tuple[str, int], pools: tuple[tuple[bytes, ...], ...], in_fli
     end = window_start + duration_s
     answers = bad = 0
     now = time.monotonic()
-    while now < end:
+    while now < window_start:  # warm-up: not counted, so the last answer of each chunk is checked
         for key, _ in selector.select(0.2):
-            state = key.data
-            data = state[0].recv(_RECV_BYTES)
-            if not data:
-                raise ConnectionError(f"{address} closed the connection")
-            if state[3]:
-                data = state[3] + data
-            frames, consumed = split_frames(data, DEFAULT_MAX_FRAME_LENGTH)
-            state[3] = data[consumed:]
+            frames = _receive(key.data, address)
             if frames:
-                if expect_code is not None and RemotingCommand.decode(frames[-1]).code != expect_code:
+                _send_next(key.data, len(frames))
+                if not answer_ok(frames[-1], echo_ok):
                     bad += 1
-                _send_next(state, len(frames))
-                if now >= window_start:
-                    answers += len(frames)
         now = time.monotonic()
+    while now < end:  # the measured window: split, count, refill; nothing else
+        for key, _ in selector.select(0.2):
+            frames = _receive(key.data, address)
+            if frames:
+                _send_next(key.data, len(frames))
+                answers += len(frames)
+        now = time.monotonic()
+    seconds = now - window_start
+    bad += _drain(selector, states, in_flight, address, echo_ok)
+    selector.close()
     for state in states:
         state[0].close()
-    out.put((answers, now - window_start, bad))
+    out.put((answers, seconds, bad))
+
+
+def _receive(state: list, address: tuple[str, int]) -> list[bytes]:
+    data = state[0].recv(_RECV_BYTES)
+    if not data:
+        raise ConnectionError(f"{address} closed the connection")
+    if state[3]:
+        data = state[3] + data
+    frames, consumed = split_frames(data, DEFAULT_MAX_FRAME_LENGTH)
+    state[3] = data[consumed:]
+    return frames
+
+
+def _drain(selector: selectors.BaseSelector, states: list[list], in_flight: int, address: tuple[str, int],
+           echo_ok: bool, timeout_s: float = 10.0) -> int:
+    """Receive (without refilling) the `in_flight` answers still due on every connection; check them all.
+
+    Returns the bad ones, counting an answer that did not come within `timeout_s` as bad. Draining
+    also leaves the server idle before the next leg starts, whichever server that leg is on.
+    """
+    due = {id(state): in_flight for state in states}
+    bad = 0
+    deadline = time.monotonic() + timeout_s
+    while any(due.values()) and time.monotonic() < deadline:
+        for key, _ in selector.select(0.2):
+            state = key.data
+            frames = _receive(state, address)
+            due[id(state)] -= len(frames)
+            bad += sum(not answer_ok(frame, echo_ok) for frame in frames)
+            if due[id(state)] <= 0:
+                selector.unregister(state[0])
+    return bad + sum(max(0, left) for left in due.values())
 
 
 def _send_next(state: list, count: int) -> None:
@@ -155,21 +215,22 @@ def _send_next(state: list, count: int) -> None:
 
 
 def run_leg(address: str, pid: int | None, workload: Workload, generators: int, warmup_s: float,
-            duration_s: float, expect_code: int | None) -> LegResult:
+            duration_s: float, echo_ok: bool = False) -> LegResult:
     host, port = address.rsplit(":", 1)
     out: multiprocessing.Queue = multiprocessing.Queue()
     shares = [workload.pools[g::generators] for g in range(generators)]
     start_at = time.monotonic() + 0.3
     procs = [multiprocessing.Process(target=drive, args=((host, int(port)), share, workload.in_flight, start_at,
-                                                          warmup_s, duration_s, expect_code, out), daemon=True)
+                                                          warmup_s, duration_s, echo_ok, out), daemon=True)
              for share in shares if share]
     server = psutil.Process(pid) if pid else None
     for proc in procs:
         proc.start()
     time.sleep(max(0.0, start_at + warmup_s - time.monotonic()))
     cpu_before = _cpu(server)
-    results = [out.get(timeout=duration_s + warmup_s + 30) for _ in procs]
-    cpu_after = _cpu(server)
+    time.sleep(max(0.0, start_at + warmup_s + duration_s - time.monotonic()))
+    cpu_after = _cpu(server)  # the measured window only (not the drain), on both columns
+    results = [out.get(timeout=duration_s + warmup_s + 40) for _ in procs]
     for proc in procs:
         proc.join(5)
     return LegResult(sum(r[0] for r in results), max(r[1] for r in results), sum(r[2] for r in results),
@@ -190,8 +251,24 @@ def _cpu(process: psutil.Process | None) -> float:
     return total
 
 
-def register_once(address: str, fleet: FleetShape) -> socket.socket:
-    """Bring the route workload's broker up; it stays registered while the returned connection is open."""
+def listening_pid(address: str) -> int | None:
+    """The process listening on HOST:PORT, if this user may see it (for --ceiling / --namesrv)."""
+    host, port = address.rsplit(":", 1)
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if (conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == int(port)
+                    and conn.laddr.ip in (host, "0.0.0.0", "::") and conn.pid):
+                return conn.pid
+    except (psutil.Error, OSError, ValueError):
+        pass
+    return None
+
+
+def register_once(address: str, fleet: FleetShape, *, echo_ok: bool = False) -> socket.socket:
+    """Bring the route workload's broker up; it stays registered while the returned connection is open.
+
+    With `echo_ok` (the ceiling column) an echo of the request is accepted as the answer.
+    """
     broker = fleet.broker(0)
     frame = register_template(fleet, broker, register_body(fleet, broker.cluster, DataVersion(1, 1))).render(1)
     host, port = address.rsplit(":", 1)
@@ -205,9 +282,8 @@ def register_once(address: str, fleet: FleetShape) -> socket.socket:
         data += chunk
         frames, _ = split_frames(data, DEFAULT_MAX_FRAME_LENGTH)
         if frames:
-            response = RemotingCommand.decode(frames[0])
-            if response.code != ResponseCode.SUCCESS:
-                raise RuntimeError(f"registration failed: {response}")
+            if not answer_ok(frames[0], echo_ok):
+                raise RuntimeError(f"registration failed: {RemotingCommand.decode(frames[0])}")
             return sock
 
 
@@ -234,11 +310,20 @@ class CeilingProcess:
             self._proc.wait()
 
 
+def leg_order(workload_index: int, round_index: int) -> tuple[str, str]:
+    """Which column goes first: alternating by round (ABBA ...) and by workload (so that an odd
+    number of rounds, or a workload's first leg after the previous workload, favours neither)."""
+    if (workload_index + round_index) % 2 == 0:
+        return ("ceiling", "namesrv")
+    return ("namesrv", "ceiling")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.throughput", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}")
-    parser.add_argument("--rounds", type=int, default=3, help="ABAB rounds per workload (medians over them)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds per workload, one leg per server each, in ABBA order (medians over them)")
     parser.add_argument("--leg-seconds", type=float, default=3.0, help="measured seconds per leg")
     parser.add_argument("--warmup-seconds", type=float, default=0.5, help="unmeasured seconds at the start of a leg")
     parser.add_argument("--generators", type=int, default=1, help="load-generator processes per leg")
@@ -258,26 +343,36 @@ def main(argv: list[str] | None = None) -> int:
     overrides = dict(option.split("=", 1) for option in args.namesrv_option)
     ceiling = None if args.ceiling else CeilingProcess()
     namesrv = None if args.namesrv else NamesrvProcess(overrides).start()
+    registrations: dict[str, socket.socket] = {}
     try:
-        ceiling_address, ceiling_pid = (args.ceiling, None) if ceiling is None else (ceiling.address, ceiling.pid)
-        namesrv_address, namesrv_pid = (args.namesrv, None) if namesrv is None else (namesrv.address, namesrv.pid)
-        registration = register_once(namesrv_address, fleet)
+        ceiling_address, ceiling_pid = ((args.ceiling, listening_pid(args.ceiling)) if ceiling is None
+                                        else (ceiling.address, ceiling.pid))
+        namesrv_address, namesrv_pid = ((args.namesrv, listening_pid(args.namesrv)) if namesrv is None
+                                        else (namesrv.address, namesrv.pid))
+        # Both columns alike: address, pid, and whether an echoed request is a good answer.
+        targets = {"ceiling": (ceiling_address, ceiling_pid, True), "namesrv": (namesrv_address, namesrv_pid, False)}
         print(f"ceiling {ceiling_address}, namesrv {namesrv_address} ({overrides or 'defaults'}), "
               f"fast path {os.environ.get('NAMESRV_PURE_PYTHON') == '1' and 'pure Python' or 'default'}, "
-              f"{args.generators} generator process(es), {args.rounds} ABAB rounds of {args.leg_seconds} s legs")
+              f"{args.generators} generator process(es), {args.rounds} ABBA rounds of {args.leg_seconds} s legs")
         report = {}
-        for workload in built:
+        for index, workload in enumerate(built):
             # A registration workload's connection owns the broker when it closes: namesrv then
-            # removes the broker, as RocketMQ does. Register it again for the next workload.
-            registration, previous = register_once(namesrv_address, fleet), registration
-            previous.close()
+            # removes the broker, as RocketMQ does. Register it again for the next workload, on
+            # both columns (the ceiling may be a namesrv too, as in an A/A run).
+            for target, (address, _pid, echo_ok) in targets.items():
+                registration, previous = register_once(address, fleet, echo_ok=echo_ok), registrations.get(target)
+                registrations[target] = registration
+                if previous is not None:
+                    previous.close()
             legs: dict[str, list[LegResult]] = {"ceiling": [], "namesrv": []}
-            for _ in range(args.rounds):
-                for target, address, pid, expect in (("ceiling", ceiling_address, ceiling_pid, None),
-                                                     ("namesrv", namesrv_address, namesrv_pid, ResponseCode.SUCCESS)):
+            order: list[str] = []
+            for round_index in range(args.rounds):
+                for target in leg_order(index, round_index):
+                    address, pid, echo_ok = targets[target]
                     leg = run_leg(address, pid, workload, args.generators, args.warmup_seconds, args.leg_seconds,
-                                  expect)
+                                  echo_ok)
                     legs[target].append(leg)
+                    order.append(target)
                     print(f"  {workload.name:14} {target:8} {leg.rate:>10,.0f}/s  "
                           f"{leg.per_cpu_second:>10,.0f}/CPU-s  bad answers {leg.bad}", flush=True)
             ceiling_rate = statistics.median(leg.rate for leg in legs["ceiling"])
@@ -285,13 +380,19 @@ def main(argv: list[str] | None = None) -> int:
             namesrv_cpu = statistics.median(leg.per_cpu_second for leg in legs["namesrv"])
             report[workload.name] = {"ceiling_per_s": ceiling_rate, "namesrv_per_s": namesrv_rate,
                                      "ratio": namesrv_rate / ceiling_rate, "namesrv_per_cpu_s": namesrv_cpu,
-                                     "bad_answers": sum(leg.bad for leg in legs["namesrv"])}
+                                     "bad_answers": sum(leg.bad for leg in legs["namesrv"]),
+                                     "ceiling_per_cpu_s": statistics.median(leg.per_cpu_second
+                                                                            for leg in legs["ceiling"]),
+                                     "ceiling_bad_answers": sum(leg.bad for leg in legs["ceiling"]),
+                                     "order": order,
+                                     "legs_per_s": {target: [leg.rate for leg in legs[target]] for target in legs}}
             print(f"{workload.name:14} ceiling {ceiling_rate:>10,.0f}/s  namesrv {namesrv_rate:>10,.0f}/s  "
                   f"ratio {namesrv_rate / ceiling_rate:.3f}  namesrv {namesrv_cpu:,.0f}/CPU-s", flush=True)
-        registration.close()
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
     finally:
+        for registration in registrations.values():
+            registration.close()
         if namesrv is not None:
             namesrv.close()
         if ceiling is not None:
