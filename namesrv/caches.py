@@ -55,10 +55,9 @@ class BoundedMemo(Generic[K, V]):
     Single-threaded: its owner's thread only.
     """
 
-    __slots__ = ("name", "table", "max_entries", "max_bytes", "bytes", "resets")
+    __slots__ = ("table", "max_entries", "max_bytes", "bytes", "resets")
 
-    def __init__(self, name: str, max_entries: int, max_bytes: int) -> None:
-        self.name = name
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
         self.table: dict[K, V] = {}
         self.max_entries = max_entries
         self.max_bytes = max_bytes
@@ -86,11 +85,6 @@ class BoundedMemo(Generic[K, V]):
         table[key] = value
         self.bytes += cost
         return True
-
-    def forget(self, key: K, size: int) -> None:
-        """Drop `key` (remembered with `size`), if held."""
-        if self.table.pop(key, self) is not self:
-            self.bytes -= size + ENTRY_OVERHEAD
 
     def __len__(self) -> int:
         return len(self.table)

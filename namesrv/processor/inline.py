@@ -5,9 +5,8 @@ one quickly made: route queries whose encoded route is cached (`RouteQueryFastPa
 brokers' registrations of small topic tables, unchanged or not (`RegistrationFastPath`). For
 them the hand-off to a worker thread and back, and the header parse, cost more than the answer.
 `InlineAnswers.answer` reads the header once per peer and request shape (`SeenHeaders`; a repeat
-costs a lookup), then lets the matching fast
-path answer or step aside (None): everything else, and every case those paths do not own, takes
-the regular path through the executors.
+costs a lookup), then lets the matching fast path answer or step aside (None): everything else,
+and every case those paths do not own, takes the regular path through the executors.
 """
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ class RegistrationFastPath:
         self._ctx = ctx
         self._process = process
         self.templates: BoundedMemo[tuple[int, tuple[tuple[str, str], ...]], OpaqueTemplate] = BoundedMemo(
-            "registration answers", TEMPLATES, TEMPLATE_BYTES)
+            TEMPLATES, TEMPLATE_BYTES)
 
     def answer(self, registration: RegistrationHeader, request: RemotingCommand, channel: Channel) -> bytes | None:
         """`request` is the decoded registration; `registration` its header read."""

@@ -44,11 +44,8 @@ class SeenHeaders(Generic[T]):
                  max_bytes: int = SEEN_HEADER_BYTES) -> None:
         self._parse = parse
         #: JSON headers by `fastpath.json_opaque_key` (`.table` is read by `fastpath.route_hits` too).
-        self.json: BoundedMemo[bytes, T] = BoundedMemo("seen JSON headers", bound, max_bytes)
-        self.binary: BoundedMemo[bytes, T] = BoundedMemo("seen binary headers", bound, max_bytes)
-
-    def memos(self) -> tuple[BoundedMemo, ...]:
-        return self.json, self.binary
+        self.json: BoundedMemo[bytes, T] = BoundedMemo(bound, max_bytes)
+        self.binary: BoundedMemo[bytes, T] = BoundedMemo(bound, max_bytes)
 
     def read(self, serialize_field: int, header: bytes) -> tuple[int, T] | None:
         if serialize_field == JSON_FIELD:
