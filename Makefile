@@ -7,7 +7,7 @@ CONF ?= conf/namesrv.properties
 
 .PHONY: install run test bench codec-bench clean
 
-$(STAMP): requirements.txt setup.py pyproject.toml namesrv/_fastpath.pyx
+$(STAMP): requirements.txt setup.py pyproject.toml namesrv/_fastpath.pyx $(wildcard namesrv/fastpath/*.pxi)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -r requirements.txt
 	$(BIN)/pip install --quiet --no-build-isolation --no-deps -e .
@@ -21,7 +21,7 @@ run: $(STAMP)
 	$(BIN)/namesrv -c $(CONF)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	NAMESRV_REQUIRE_EXTENSION=1 $(BIN)/python -m pytest
 
 # `make bench`: a fresh namesrv (namesrv.launcher), a 30-s mixed open-loop storm against it, the Spark report.
 # The fleet: 128 brokers (64 masters + 64 slaves, 2 clusters, 200 topics of 8 queues) registering every 2 s

@@ -17,7 +17,7 @@ import zmq
 
 from namesrv.fastpath import split_frames
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 
 
 def serve(sock: zmq.Socket, stop: list[bool]) -> None:

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from bench.storm.fleet import FleetShape, register_body
-from namesrv import _purepath
+from namesrv.fastpath import pure
 from namesrv.protocol import DataVersion, RemotingCommand, SerializeType
 
 try:
@@ -25,7 +25,7 @@ except ImportError:  # extension not built: the fallback is still measured
     _fastpath = None
 
 MAX_FRAME = 16 * 1024 * 1024
-IMPLEMENTATIONS = {"cython": _fastpath, "python": _purepath}
+IMPLEMENTATIONS = {"cython": _fastpath, "python": pure}
 HEADER_ARGS = (103, 0, 479, 4242, 0, None, {
     "brokerName": "broker-a",
     "brokerAddr": "192.168.0.17:10911",
@@ -45,7 +45,7 @@ def frame_of_200_bytes() -> bytes:
 
 FRAME = frame_of_200_bytes()
 STREAM = (FRAME * (65536 // len(FRAME) + 1))[:65536]  # 64 KiB as a recv() returns it: 327 frames + a partial one
-HEADER = _purepath.encode_binary_header(*HEADER_ARGS)
+HEADER = pure.encode_binary_header(*HEADER_ARGS)
 CRC_DATA = random.Random(0).randbytes(16 * 1024)
 TABLE_PATH = ("topicConfigSerializeWrapper", "topicConfigTable")
 
@@ -118,7 +118,7 @@ def test_codec(benchmark, case: str, implementation: str) -> None:
     if impl is None:
         pytest.skip("namesrv._fastpath is not built (run: python setup.py build_ext --inplace)")
     call = CASES[case](impl)
-    expected = CASES[case](_purepath)()
+    expected = CASES[case](pure)()
     benchmark.group = case
     assert benchmark(call) == expected
     if benchmark.stats is not None:  # None under --benchmark-disable

@@ -65,7 +65,7 @@ from namesrv.fastpath import split_frames  # noqa: E402
 from namesrv.launcher import NamesrvProcess  # noqa: E402
 from namesrv.protocol import DataVersion, RemotingCommand, ResponseCode  # noqa: E402
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH  # noqa: E402
-from namesrv.protocol.errors import ProtocolError  # noqa: E402
+from namesrv.errors import ProtocolError  # noqa: E402
 
 WORKLOADS = ("route", "register-new", "register-same", "register-churn")
 _RECV_BYTES = 1 << 20

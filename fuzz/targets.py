@@ -15,7 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from namesrv import _purepath, fastpath
+from namesrv import fastpath
+from namesrv.fastpath import pure
 from namesrv.protocol import (
     BrokerMemberGroup,
     ClusterInfo,
@@ -49,7 +50,7 @@ class Disagreement(AssertionError):
 def _implementations() -> dict[str, ModuleType]:
     """Pure Python always; the Cython extension when it is built (a harness may have swapped in
     an instrumented build under the same module name before this import)."""
-    found = {"python": _purepath}
+    found = {"python": pure}
     try:
         found["cython"] = importlib.import_module("namesrv._fastpath")
     except ImportError:

@@ -20,7 +20,7 @@ from namesrv.client.errors import MQResponseError, RemotingError
 from namesrv.client.namesrv_client import NamesrvClient, ServerResult, parse_namesrv_addrs
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE, SerializeType
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.protocol.route import ClusterInfo, TopicRouteData
 
 PROG = "namesrv-admin"

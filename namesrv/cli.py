@@ -8,24 +8,16 @@ above 1 this process is the supervisor of the worker processes (namesrv.workers.
 from __future__ import annotations
 
 import argparse
-import logging
-import logging.config
 import sys
-from pathlib import Path
 
 from namesrv.config import ConfigError, NamesrvConfig, escape_property
 from namesrv.controller import NamesrvController
+from namesrv.logsetup import DEFAULT_LOG_CONFIG, UsageError, setup_logging
 from namesrv.remoting import BindError
 from namesrv.stop_signals import StopSignals
 from namesrv.workers.supervisor import Supervisor
 
-#: The repository's logging configuration, used when --logConfig is not given.
-DEFAULT_LOG_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "logging.conf"
 USAGE_ERROR = 2
-
-
-class UsageError(Exception):
-    """A command line namesrv cannot run with; the message is the whole story."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,20 +58,6 @@ def load_config(config_file: str | None, overrides: dict[str, str]) -> NamesrvCo
         raise UsageError(f"cannot read config file {config_file}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"cannot read config file {config_file}: not UTF-8 ({exc.reason})") from None
-
-
-def setup_logging(path: str | None) -> None:
-    """fileConfig from `path`, else the repository's conf/logging.conf, else plain INFO to stderr."""
-    chosen = Path(path) if path is not None else DEFAULT_LOG_CONFIG
-    if path is not None and not chosen.is_file():
-        raise UsageError(f"cannot read logging config {path}")
-    if chosen.is_file():
-        try:
-            logging.config.fileConfig(chosen, disable_existing_loggers=False)
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            raise UsageError(f"bad logging config {chosen}: {exc}") from None
-    else:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(threadName)s] %(name)s - %(message)s")
 
 
 def serve(config: NamesrvConfig) -> None:

@@ -6,9 +6,9 @@ the order that loses no accepted request: stop reading, let the executors finish
 The KV store writes itself through on every change, so nothing is left to persist at exit.
 
 As one of serverWorkerProcesses > 1 worker processes (namesrv.workers) it also runs its end of
-the write log: write requests, the closes of connections that carried them and expiries go into
-the one log of all workers and are applied in its order; it serves the shared ports only once
-it is in step with the log.
+the write log (namesrv.writelog): write requests, the closes of connections that carried them and
+expiries go into the one log of all workers and are applied in its order; it serves the shared
+ports only once it is in step with the log.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from namesrv.processor.requests import POOL_OF
 from namesrv.remoting import BindError, Outbox, Reactor, RequestDispatcher
 from namesrv.remoting.reactor import tcp_endpoint
 from namesrv.routeinfo import RouteInfoManager, now_ms
-from namesrv.workers.log import MAX_WORKERS
-from namesrv.workers.ports import listening_fd, zmq_tcp_address
-from namesrv.workers.replication import LogClock, SyncError, WorkerBus, WorkerRole
+from namesrv.writelog.log import MAX_WORKERS
+from namesrv.writelog.ports import listening_fd, zmq_tcp_address
+from namesrv.writelog.replication import LogClock, SyncError, WorkerBus, WorkerRole
 
 log = logging.getLogger(__name__)
 

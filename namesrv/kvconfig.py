@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from namesrv.protocol import jsonbody
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class KVConfigManager:
 
     def memory_only(self) -> KVConfigManager:
         """The same table, changed in memory only: how a worker process applies the write log
-        write (namesrv.workers); the supervisor's sequencer persisted it."""
+        write (namesrv.writelog); the supervisor's sequencer persisted it."""
         view = KVConfigManager(self._path)
         view._persist = False
         view._table, view._lock, view._persist_lock = self._table, self._lock, self._persist_lock

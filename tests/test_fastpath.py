@@ -1,6 +1,6 @@
 """The protocol hot path: one suite over both implementations, plus properties that they agree.
 
-`namesrv._purepath` (pure Python) and `namesrv._fastpath` (Cython) must give the same results and
+`namesrv.fastpath.pure` (pure Python) and `namesrv._fastpath` (Cython) must give the same results and
 the same `ProtocolError` messages for every input, because `namesrv.fastpath` silently picks
 whichever is importable.
 """
@@ -14,12 +14,13 @@ import zlib
 from pathlib import Path
 
 import pytest
+import xxhash
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fastpath_cases import IMPLEMENTATIONS, _fastpath, needs_extension
 import namesrv.fastpath
-from namesrv import _purepath
+from namesrv.fastpath import pure
 from namesrv.protocol import FrameDecoder, ProtocolError, RemotingCommand, SerializeType
 
 MAX_FRAME = 16 * 1024 * 1024
@@ -64,7 +65,7 @@ def entry(key: bytes, value: bytes, *, key_len: int | None = None, value_len: in
 
 def frame_of(size: int) -> bytes:
     """A whole frame (prefix included) of exactly `size` bytes: binary header plus padding body."""
-    head = _purepath.encode_binary_header(105, 0, 479, 1, 0, None, {"topic": "TopicTest"})
+    head = pure.encode_binary_header(105, 0, 479, 1, 0, None, {"topic": "TopicTest"})
     body = b"b" * (size - 8 - len(head))
     return be32(4 + len(head) + len(body)) + be32((SerializeType.ROCKETMQ << 24) | len(head)) + head + body
 
@@ -345,15 +346,15 @@ def test_crc_matches_zlib_at_every_size(impl, size):
 
 # ---------------------------------------------------------------- which implementation is live
 
-@pytest.mark.parametrize(("first_import", "pure", "expected"), [
+@pytest.mark.parametrize(("first_import", "force_pure", "expected"), [
     pytest.param("namesrv.fastpath", "", "cython", marks=needs_extension),
     ("namesrv.fastpath", "1", "python"),
     # importing an implementation first must neither break nor change the choice
     pytest.param("namesrv._fastpath", "", "cython", marks=needs_extension),
-    ("namesrv._purepath", "1", "python"),
+    ("namesrv.fastpath.pure", "1", "python"),
 ])
-def test_implementation_choice(first_import, pure, expected):
-    env = {**os.environ, "NAMESRV_PURE_PYTHON": pure}
+def test_implementation_choice(first_import, force_pure, expected):
+    env = {**os.environ, "NAMESRV_PURE_PYTHON": force_pure}
     code = f"import {first_import}; import namesrv.fastpath as f; print(f.IMPLEMENTATION)"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=60, check=True)
@@ -408,7 +409,7 @@ def mutated(draw, valid: st.SearchStrategy[bytes]) -> bytes:
     return bytes(data)
 
 
-valid_headers = valid_header_args.map(lambda args: _purepath.encode_binary_header(*args))
+valid_headers = valid_header_args.map(lambda args: pure.encode_binary_header(*args))
 
 
 def _frames(headers: list[bytes]) -> bytes:
@@ -448,39 +449,39 @@ def lying_streams(draw) -> bytes:
 @given(valid_header_args)
 def test_valid_headers_round_trip_identically(args):
     encoded = _fastpath.encode_binary_header(*args)
-    assert encoded == _purepath.encode_binary_header(*args)
+    assert encoded == pure.encode_binary_header(*args)
     *numbers, remark, ext = args
     kept = {key: value for key, value in (ext or {}).items() if key and value}
     expected = (*numbers, remark or None, kept or None)  # empty strings travel as null
-    assert _fastpath.decode_binary_header(encoded) == _purepath.decode_binary_header(encoded) == expected
+    assert _fastpath.decode_binary_header(encoded) == pure.decode_binary_header(encoded) == expected
 
 
 @needs_extension
 @PROPERTY
 @given(header_args)
 def test_encode_agrees_on_any_arguments(args):
-    assert outcome(_fastpath.encode_binary_header, *args) == outcome(_purepath.encode_binary_header, *args)
+    assert outcome(_fastpath.encode_binary_header, *args) == outcome(pure.encode_binary_header, *args)
 
 
 @needs_extension
 @PROPERTY
 @given(st.one_of(st.binary(max_size=64), mutated(valid_headers), lying_headers()), buffer_types)
 def test_decode_agrees_on_any_bytes(data, wrap):
-    assert outcome(_fastpath.decode_binary_header, wrap(data)) == outcome(_purepath.decode_binary_header, wrap(data))
+    assert outcome(_fastpath.decode_binary_header, wrap(data)) == outcome(pure.decode_binary_header, wrap(data))
 
 
 @needs_extension
 @PROPERTY
 @given(st.one_of(st.binary(max_size=64), mutated(valid_streams), lying_streams()), limits, buffer_types)
 def test_split_agrees_on_any_bytes(data, limit, wrap):
-    assert outcome(_fastpath.split_frames, wrap(data), limit) == outcome(_purepath.split_frames, wrap(data), limit)
+    assert outcome(_fastpath.split_frames, wrap(data), limit) == outcome(pure.split_frames, wrap(data), limit)
 
 
 @needs_extension
 @PROPERTY
 @given(st.one_of(st.none(), st.binary(max_size=300)))
 def test_crc_agrees(data):
-    assert _fastpath.body_crc32(data) == _purepath.body_crc32(data)
+    assert _fastpath.body_crc32(data) == pure.body_crc32(data)
 
 
 # ---- the reactor's per-frame helpers: a repeat header's key and opaque, a stamped response frame
@@ -510,7 +511,7 @@ def test_json_opaque_key(impl, header, expected):
                                   st.binary(max_size=30))))
 def test_json_opaque_key_implementations_agree(header):
     if _fastpath is not None:
-        assert _fastpath.json_opaque_key(header) == _purepath.json_opaque_key(header)
+        assert _fastpath.json_opaque_key(header) == pure.json_opaque_key(header)
 
 
 @settings(max_examples=300)
@@ -526,7 +527,7 @@ def test_stamp_frame_is_what_remotingcommand_would_frame(head, tail, opaque, bod
     header = head + stamp + tail
     expected = ((4 + len(header) + len(body or b"")).to_bytes(4, "big")
                 + ((serialize_type << 24) | len(header)).to_bytes(4, "big") + header + (body or b""))
-    for module in (_purepath, _fastpath):
+    for module in (pure, _fastpath):
         if module is not None:
             assert module.stamp_frame(head, tail, opaque, body, serialize_type << 24, binary) == expected
 
@@ -537,26 +538,51 @@ def _json_frame(header: bytes, body: bytes = b"") -> bytes:
 
 @settings(max_examples=300)
 @given(opaques=st.lists(st.one_of(st.integers(-2 ** 31, 2 ** 31 - 1), st.just(2 ** 31)), min_size=1, max_size=8),
-       known=st.lists(st.booleans(), min_size=8, max_size=8), garbage=st.lists(st.binary(max_size=12), max_size=3))
-def test_route_hits_implementations_agree(opaques, known, garbage):
-    """Frames whose remembered header holds a `str` query (a stand-in type) and whose lookup finds a body
-    are answered; remembered ones without a body, unknown ones, binary ones and garbage are returned."""
+       garbage=st.lists(st.binary(max_size=12), max_size=3))
+def test_json_opaque_keys_implementations_agree(opaques, garbage):
+    """Each frame's key and opaque as `json_opaque_key` gives them for its JSON header; None and 0 for an
+    opaque beyond int32, garbage, a binary header, a header longer than its frame."""
     headers = [b'{"code":105,"extFields":{"topic":"T%d"},"opaque":%d,"flag":0}' % (i % 4, opaque)
                for i, opaque in enumerate(opaques)]
-    seen = {}
-    for i, header in enumerate(headers):
-        key = _purepath.json_opaque_key(header)[0]
-        if known[i % 8]:
-            seen[key] = f"T{i % 4}"
-    frames = [_json_frame(header, b"ignored body") for header in headers] + garbage + [REQUEST_FRAME[4:]]
-
-    def lookup(topic: str) -> bytes | None:
-        return None if topic == "T3" else topic.encode() * 3
-
-    expected = _purepath.route_hits(frames, seen, str, lookup, b'{"code":0,"opaque":', b',"flag":1}')
-    replies, rest = expected
-    assert len(replies) + len(rest) == len(frames)
-    for reply in replies:
-        assert reply.endswith((b"T0T0T0", b"T1T1T1", b"T2T2T2"))
+    frames = ([_json_frame(header, b"ignored body") for header in headers] + garbage
+              + [REQUEST_FRAME[4:], (1000).to_bytes(4, "big") + b"{}"])
+    keys, found = pure.json_opaque_keys(frames)
+    for i, opaque in enumerate(opaques):
+        split = pure.json_opaque_key(headers[i])
+        assert (keys[i], found[i]) == ((split[0], opaque) if opaque < 2 ** 31 else (None, 0))
+    assert keys[len(headers):] == [None] * (len(frames) - len(headers))
+    assert found[len(headers):] == [0] * (len(frames) - len(headers))
     if _fastpath is not None:
-        assert _fastpath.route_hits(frames, seen, str, lookup, b'{"code":0,"opaque":', b',"flag":1}') == expected
+        assert _fastpath.json_opaque_keys(frames) == (keys, found)
+
+
+@settings(max_examples=200)
+@given(bodies=st.lists(st.one_of(st.none(), st.binary(max_size=40)), max_size=8), data=st.data())
+def test_stamp_frames_implementations_agree(bodies, data):
+    """One JSON answer per body that is not None, in order, each what `stamp_frame` makes of it."""
+    opaques = data.draw(st.lists(st.integers(-2 ** 31, 2 ** 31 - 1), min_size=len(bodies), max_size=len(bodies)))
+    head, tail = b'{"code":0,"opaque":', b',"flag":1}'
+    expected = [pure.stamp_frame(head, tail, opaque, body, 0, False)
+                for opaque, body in zip(opaques, bodies) if body is not None]
+    assert pure.stamp_frames(head, tail, opaques, bodies) == expected
+    if _fastpath is not None:
+        assert _fastpath.stamp_frames(head, tail, opaques, bodies) == expected
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_stamp_frames_refuses_what_is_no_body(impl):
+    with pytest.raises(TypeError):
+        impl.stamp_frames(b"{", b"}", [1], [bytearray(b"x")])
+    with pytest.raises(ValueError):
+        impl.stamp_frames(b"{", b"}", [1, 2], [b"x"])
+
+
+@settings(max_examples=300)
+@given(data=st.binary(max_size=300))
+def test_entry_digest_is_xxh64(data):
+    """The entry digest is XXH64 (0 read as 1) in both twins: the C one is pinned to the xxhash package."""
+    expected = xxhash.xxh64_intdigest(data) or 1
+    assert pure.entry_digest(data) == expected
+    if _fastpath is not None:
+        assert _fastpath.entry_digest(data) == expected
+        assert _fastpath.entry_digest(memoryview(data)) == expected

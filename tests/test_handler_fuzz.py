@@ -51,7 +51,7 @@ from namesrv.protocol import (
     TopicList,
     TopicRouteData,
 )
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.routeinfo import RouteInfoManager
 from namesrv.security import ADMIN_TOKEN_FIELD, AdminGuard
 

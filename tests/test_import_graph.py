@@ -82,3 +82,38 @@ def test_namesrv_has_no_import_cycles() -> None:
     edges = graph()
     assert len(edges) > 40
     assert cycles(edges) == []
+
+
+def package_of(module: str) -> str:
+    """The node of `module` in the package graph: namesrv.a.b and namesrv.a are namesrv.a."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """`edges` collapsed to packages (a top-level module such as namesrv.cli is its own node)."""
+    packages: dict[str, set[str]] = {package_of(name): set() for name in edges}
+    for name, targets in edges.items():
+        packages[package_of(name)].update(package_of(target) for target in targets)
+    for name, targets in packages.items():
+        targets.discard(name)
+    return packages
+
+
+def test_the_package_graph_collapses_modules() -> None:
+    edges = {"namesrv.a.x": {"namesrv.b.y", "namesrv.a"}, "namesrv.a": set(), "namesrv.b.y": {"namesrv.c"},
+             "namesrv.c": {"namesrv.a.x"}, "namesrv": {"namesrv.c"}}
+    assert package_graph(edges) == {"namesrv.a": {"namesrv.b"}, "namesrv.b": {"namesrv.c"},
+                                    "namesrv.c": {"namesrv.a"}, "namesrv": {"namesrv.c"}}
+
+
+def test_namesrv_packages_have_no_import_cycles() -> None:
+    """Layers read off the packages: no package imports, however indirectly, one that imports it."""
+    edges = graph()
+    packages = package_graph(edges)
+    assert len(packages) > 10
+    found = cycles(packages)
+    # Within a strongly connected component every edge between two of its packages lies on a cycle.
+    offending = sorted(f"{source} -> {target}" for component in found for source, targets in edges.items()
+                       for target in targets if package_of(source) in component
+                       and package_of(target) in component and package_of(source) != package_of(target))
+    assert found == [], f"package import cycles {found}, through these imports:\n" + "\n".join(offending)

@@ -512,7 +512,7 @@ def test_register_broker_result_from_response():
 # --- body CRC (2.3, REGISTER_BROKER) ---------------------------------------------------------------
 
 def _crc_implementations():
-    names = ["namesrv._purepath"]
+    names = ["namesrv.fastpath.pure"]
     if os.environ.get("NAMESRV_PURE_PYTHON") != "1":
         try:
             importlib.import_module("namesrv._fastpath")

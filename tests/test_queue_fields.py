@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastpath_cases import ANY_VALUE, ENTRY_FIELDS, IMPLEMENTATIONS, PLAIN_ENTRY, _fastpath, needs_extension
-from namesrv import _purepath
+from namesrv.fastpath import pure
 from namesrv.protocol import ProtocolError, RegisterBrokerBody, TopicConfig
 from namesrv.protocol.codes import Version
 from namesrv.protocol.topic import DataVersion, TopicConfigSerializeWrapper, TopicQueueTable, decode_registration
@@ -52,7 +52,7 @@ def test_both_fast_paths_agree_including_which_entries_fall_back(table):
     def tagged(obj, key):
         return ("fallback", key)
 
-    assert _fastpath.queue_fields(table, tagged) == _purepath.queue_fields(table, tagged)
+    assert _fastpath.queue_fields(table, tagged) == pure.queue_fields(table, tagged)
 
 
 @settings(max_examples=300)

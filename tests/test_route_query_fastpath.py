@@ -237,7 +237,7 @@ def test_an_opaque_key_inside_ext_fields_is_never_mistaken_for_the_opaque(server
 
 @pytest.mark.usefixtures("each_fastpath")
 def test_a_chunk_is_answered_as_its_frames_are_one_by_one(server):
-    """`answer_all` (one `route_hits` call for the chunk, then the rest one by one) answers what
+    """`answer_all` (the chunk's cached route answers at once, then the rest one by one) answers what
     `answer` answers frame by frame, and hands back the rest decoded."""
     frames = [query(topic, serialize_type=serialize_type, opaque=opaque)
               for opaque, (topic, serialize_type) in enumerate(

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from bench.storm.fleet import FleetShape, register_body
 from fastpath_cases import ENTRY_FIELDS, IMPLEMENTATIONS, INT32_MAX, INT32_MIN
-from namesrv import _purepath
+from namesrv.fastpath import pure, registration
 from namesrv.protocol import ProtocolError, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper, Version
 from namesrv.protocol.topic import DataVersion, TopicQueueTable, decode_registration
 
@@ -65,7 +65,7 @@ def counts(impl, data: bytes, path: tuple[str, ...]) -> int | None:
     """impl's count_entries, checked to be None or exactly the reference's; returns it."""
     got = impl.count_entries(data, path)
     if got is not None:
-        assert got == _purepath.count_entries(data, path), (data[:200], got)
+        assert got == pure.count_entries(data, path), (data[:200], got)
     return got
 
 
@@ -73,7 +73,7 @@ def agrees(impl, data: bytes, path: tuple[str, ...]) -> object:
     """impl's answer, checked to be None or exactly the reference's; returns it."""
     got = scanned(impl, data, path)
     if got is not None:
-        expected = scanned(_purepath, data, path)
+        expected = scanned(pure, data, path)
         assert same(got, expected), (data[:200], got, expected)
     return got
 
@@ -249,7 +249,7 @@ def test_valid_json_is_read_exactly_as_the_reference_and_never_refused(impl, doc
     """Both the parse and the topic count (`count_entries`), which must answer for compact JSON."""
     value, path = document
     data = serialize(value, style)
-    assert scanned(_purepath, data, path) is not None or to_python(value) is None
+    assert scanned(pure, data, path) is not None or to_python(value) is None
     got = agrees(impl, data, path)
     assert got is not None or to_python(value) is None
     counted = counts(impl, data, path)
@@ -457,7 +457,7 @@ def test_a_repeated_member_counts_with_its_last_value(impl, member, order):
              + b"}")
     got = agrees(impl, table_of(entry), LEGACY_PATH)["topicConfigTable"]["T"]
     expected = {member: last, **{key: value for key, value in ENTRY.items() if key != member}}  # first place
-    assert same(got, _purepath._plain_queue_fields(expected) or expected)
+    assert same(got, registration._plain_queue_fields(expected) or expected)
 
 
 @each_impl
@@ -466,7 +466,7 @@ def test_a_repeated_member_counts_with_its_last_value(impl, member, order):
 def test_a_member_number_orjson_would_not_read_as_an_integer_is_left(impl, number):
     for member in ("readQueueNums", "perm", "topicSysFlag", "writeQueueNums", "extra", "attributes"):
         got = agrees(impl, table_of(raw_entry(member, number)), LEGACY_PATH)
-        assert got is None or impl is _purepath
+        assert got is None or impl is pure
 
 
 @each_impl
@@ -491,12 +491,12 @@ def test_duplicate_tables_and_entries_keep_the_last(impl):
 @each_impl
 def test_what_is_not_strict_json_or_beyond_the_scanner_is_left(impl, data):
     got = agrees(impl, data, ())
-    assert got is None or impl is _purepath  # the reference gives orjson's floats
+    assert got is None or impl is pure  # the reference gives orjson's floats
 
 
 @pytest.mark.parametrize("data", [b"[1,]", b'"\\ud800"', b'"\xff"', b"{}x", b"\xef\xbb\xbf1", b'{0:"x"}'])
 def test_the_reference_answers_none_for_what_orjson_refuses(data):
-    assert scanned(_purepath, data, TABLE_PATH) is None
+    assert scanned(pure, data, TABLE_PATH) is None
 
 
 @each_impl

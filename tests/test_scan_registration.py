@@ -1,11 +1,11 @@
 """`scan_registration` against a previous registration: which topic entries it leaves out.
 
-The Cython scanner digests every topic entry and, given the entries of the broker's previous
-registration, leaves out each entry whose bytes are those of the previous entry at the same place
-(the route table holds it already). What it leaves out must be exactly such entries, what it keeps
-must read as the full parse reads it, and wherever digests could confuse two keys (a repeated
-key, a key with escapes, two topic tables) it must offer no entries and leave nothing out. The
-pure twin never has entries. Parsing itself is tested in test_scan_json.py.
+Both twins digest every topic entry and, given the entries of the broker's previous registration,
+leave out each entry whose bytes are those of the previous entry at the same place (the route
+table holds it already). What they leave out must be exactly such entries, what they keep must
+read as the full parse reads it, and wherever digests could confuse two keys (a repeated key, a
+key with escapes, two topic tables) they must offer no entries and leave nothing out. Every test
+runs over each twin, and the twins must agree. Parsing itself is tested in test_scan_json.py.
 """
 from __future__ import annotations
 
@@ -16,10 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from namesrv import _purepath
+from fastpath_cases import IMPLEMENTATIONS, _fastpath
+from namesrv.fastpath import pure
 from namesrv.protocol.topic import DataVersion, decode_registration
-
-cython = pytest.importorskip("namesrv._fastpath")
 
 TABLE_PATH = ("topicConfigSerializeWrapper", "topicConfigTable")
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -42,11 +41,16 @@ def table(value: object) -> dict:
 
 def full(data: bytes) -> dict:
     """The reference: every entry, as the pure twin reads them."""
-    return table(_purepath.scan_registration(data, TABLE_PATH, None)[0])
+    return table(pure.scan_registration(data, TABLE_PATH, None)[0])
 
 
-def scan(data: bytes, previous: bytes | None = None) -> tuple[object, bytes | None, int]:
-    result = cython.scan_registration(data, TABLE_PATH, previous)
+@pytest.fixture(scope="module", params=IMPLEMENTATIONS)
+def twin(request: pytest.FixtureRequest) -> object:
+    return request.param
+
+
+def scan(twin: object, data: bytes, previous: bytes | None = None) -> tuple[object, bytes | None, int]:
+    result = twin.scan_registration(data, TABLE_PATH, previous)
     assert result is not None
     return result
 
@@ -54,46 +58,46 @@ def scan(data: bytes, previous: bytes | None = None) -> tuple[object, bytes | No
 TOPICS = [entry(f"topic-{i}") for i in range(50)]
 
 
-def test_a_repeated_table_leaves_every_entry_out_and_offers_the_same_entries():
+def test_a_repeated_table_leaves_every_entry_out_and_offers_the_same_entries(twin):
     first = body(TOPICS, counter=1)
-    value, entries, omitted = scan(first)
+    value, entries, omitted = scan(twin, first)
     assert omitted == 0 and entries is not None
     assert table(value) == full(first)
-    again, entries_again, omitted_again = scan(body(TOPICS, counter=2), entries)
+    again, entries_again, omitted_again = scan(twin, body(TOPICS, counter=2), entries)
     assert omitted_again == len(TOPICS)
     assert table(again) == {}
     assert again["topicConfigSerializeWrapper"]["dataVersion"]["counter"] == 2  # the rest is read as ever
     assert entries_again == entries
 
 
-def test_only_the_changed_entries_are_read():
-    _, entries, _ = scan(body(TOPICS))
+def test_only_the_changed_entries_are_read(twin):
+    _, entries, _ = scan(twin, body(TOPICS))
     changed = list(TOPICS)
     changed[7] = entry("topic-7", perm=2)
     changed[31] = entry("topic-31", queues=16)
     data = body(changed, counter=2)
-    value, entries_now, omitted = scan(data, entries)
+    value, entries_now, omitted = scan(twin, data, entries)
     assert omitted == len(TOPICS) - 2
     assert table(value) == {name: fields for name, fields in full(data).items() if name in ("topic-7", "topic-31")}
-    assert entries_now == scan(data)[1]  # the same entries as a scan without a previous registration
+    assert entries_now == scan(twin, data)[1]  # the same entries as a scan without a previous registration
 
 
-def test_an_added_or_moved_entry_is_read_and_the_rest_still_match_in_place():
-    _, entries, _ = scan(body(TOPICS))
+def test_an_added_or_moved_entry_is_read_and_the_rest_still_match_in_place(twin):
+    _, entries, _ = scan(twin, body(TOPICS))
     grown = TOPICS + [entry("topic-new")]
-    value, _, omitted = scan(body(grown, counter=2), entries)
+    value, _, omitted = scan(twin, body(grown, counter=2), entries)
     assert omitted == len(TOPICS) and list(table(value)) == ["topic-new"]
     inserted = TOPICS[:10] + [entry("topic-new")] + TOPICS[10:]
-    value, _, omitted = scan(body(inserted, counter=2), entries)
+    value, _, omitted = scan(twin, body(inserted, counter=2), entries)
     assert omitted == 10  # entries match by place: everything after the insertion is read again
     assert table(value) == {name: fields for name, fields in full(body(inserted)).items()
                             if name == "topic-new" or int(name.split("-")[1]) >= 10}
 
 
-def test_whitespace_changes_an_entry_s_bytes_so_it_is_read():
-    _, entries, _ = scan(body(TOPICS[:3]))
+def test_whitespace_changes_an_entry_s_bytes_so_it_is_read(twin):
+    _, entries, _ = scan(twin, body(TOPICS[:3]))
     spaced = [TOPICS[0], TOPICS[1].replace(":", ": ", 1), TOPICS[2]]
-    value, _, omitted = scan(body(spaced, 2), entries)
+    value, _, omitted = scan(twin, body(spaced, 2), entries)
     assert omitted == 2 and list(table(value)) == ["topic-1"]
 
 
@@ -101,60 +105,54 @@ def test_whitespace_changes_an_entry_s_bytes_so_it_is_read():
     ("a repeated key", [entry("a"), entry("b"), entry("a", perm=2)]),
     ("a key with escapes", [entry("a"), '"\\u0062":' + entry("b").split(":", 1)[1]]),
 ])
-def test_no_entries_where_digests_could_confuse_keys(case, entries):
+def test_no_entries_where_digests_could_confuse_keys(twin, case, entries):
     data = body(entries)
-    value, offered, omitted = scan(data)
+    value, offered, omitted = scan(twin, data)
     assert offered is None and omitted == 0, case
     assert table(value) == full(data)
 
 
-def test_a_repeated_key_against_a_previous_registration_reads_everything():
+def test_a_repeated_key_against_a_previous_registration_reads_everything(twin):
     # "a" unchanged in place 0 would be left out, but a later "a" overrides it: the scan must
     # read the whole table again, as the full parse keeps the last "a".
-    _, entries, _ = scan(body([entry("a"), entry("b")]))
+    _, entries, _ = scan(twin, body([entry("a"), entry("b")]))
     data = body([entry("a"), entry("b"), entry("a", perm=2)], counter=2)
-    value, offered, omitted = scan(data, entries)
+    value, offered, omitted = scan(twin, data, entries)
     assert offered is None and omitted == 0
     assert table(value) == full(data) and table(value)["a"][3] == 2
 
 
-def test_two_topic_tables_offer_no_entries():
+def test_two_topic_tables_offer_no_entries(twin):
     data = (b'{"topicConfigSerializeWrapper":{"topicConfigTable":{%s},"topicConfigTable":{%s}}}'
             % (TOPICS[0].encode(), TOPICS[1].encode()))
-    value, offered, omitted = scan(data)
+    value, offered, omitted = scan(twin, data)
     assert offered is None and omitted == 0
-    _, single, _ = scan(body(TOPICS[:2]))
-    value, offered, omitted = scan(data, single)
+    _, single, _ = scan(twin, body(TOPICS[:2]))
+    value, offered, omitted = scan(twin, data, single)
     assert offered is None and omitted == 0 and table(value) == full(data)
 
 
-def test_a_body_that_is_not_json_is_still_not_for_the_scanner():
-    _, entries, _ = scan(body(TOPICS))
+def test_a_body_that_is_not_json_is_still_not_for_the_scanner(twin):
+    _, entries, _ = scan(twin, body(TOPICS))
     truncated = body(TOPICS, 2)[:-3]
-    assert cython.scan_registration(truncated, TABLE_PATH, entries) is None
+    assert twin.scan_registration(truncated, TABLE_PATH, entries) is None
     broken = body(TOPICS, 2).replace(b'"topic-49"', b'"topic-49', 1)
-    assert cython.scan_registration(broken, TABLE_PATH, entries) is None
+    assert twin.scan_registration(broken, TABLE_PATH, entries) is None
 
 
-def test_an_entry_past_the_length_a_record_holds_is_always_read():
+def test_an_entry_past_the_length_a_record_holds_is_always_read(twin):
     huge = entry("big", attributes='{"pad":"%s"}' % ("x" * (1 << 24)))
     data = body([TOPICS[0], huge])
-    _, entries, _ = scan(data)
-    value, _, omitted = scan(body([TOPICS[0], huge], 2), entries)
+    _, entries, _ = scan(twin, data)
+    value, _, omitted = scan(twin, body([TOPICS[0], huge], 2), entries)
     assert omitted == 1 and list(table(value)) == ["big"]
 
 
-def test_previous_must_come_from_the_scanner():
+def test_previous_must_come_from_the_scanner(twin):
     with pytest.raises(ValueError):
-        cython.scan_registration(body(TOPICS), TABLE_PATH, b"\x00" * 15)
+        twin.scan_registration(body(TOPICS), TABLE_PATH, b"\x00" * 15)
     with pytest.raises(TypeError):
-        cython.scan_registration(body(TOPICS), TABLE_PATH, bytearray(16))
-
-
-def test_the_pure_twin_never_leaves_anything_out():
-    _, entries, _ = scan(body(TOPICS))
-    value, offered, omitted = _purepath.scan_registration(body(TOPICS, 2), TABLE_PATH, entries)
-    assert offered is None and omitted == 0 and table(value) == full(body(TOPICS))
+        twin.scan_registration(body(TOPICS), TABLE_PATH, bytearray(16))
 
 
 def test_decode_registration_carries_what_was_left_out():
@@ -172,7 +170,7 @@ tables = st.lists(st.tuples(names, st.sampled_from([2, 4, 6]), st.sampled_from([
 
 @PROPERTY
 @given(tables, tables, st.randoms())
-def test_left_out_entries_are_exactly_those_the_route_table_already_holds(before, after, rnd):
+def test_left_out_entries_are_exactly_those_the_route_table_already_holds(twin, before, after, rnd):
     """For any two tables (repeated keys included): every entry kept reads as the full parse reads
     it, and every key the full parse has but the scan left out maps, in the previous table, to
     the same fields."""
@@ -181,8 +179,8 @@ def test_left_out_entries_are_exactly_those_the_route_table_already_holds(before
                      for name, perm, queues in rows], counter)
 
     old, new = render(before, 1), render(after, 2)
-    _, entries, _ = scan(old)
-    value, offered, omitted = scan(new, entries)
+    _, entries, _ = scan(twin, old)
+    value, offered, omitted = scan(twin, new, entries)
     expected = full(new)
     kept = table(value)
     assert all(kept[name] == expected[name] for name in kept)
@@ -193,10 +191,10 @@ def test_left_out_entries_are_exactly_those_the_route_table_already_holds(before
     if offered is None:
         assert omitted == 0
     else:
-        assert offered == scan(new)[1]
+        assert offered == scan(twin, new)[1]
 
 
-def test_random_registrations_of_one_broker_converge_on_the_full_parse():
+def test_random_registrations_of_one_broker_converge_on_the_full_parse(twin):
     """A broker changing a few topics per registration, many times: applying each scan's kept
     entries over the previous state always gives the full parse."""
     rnd = random.Random(7)
@@ -209,7 +207,34 @@ def test_random_registrations_of_one_broker_converge_on_the_full_parse():
         if rnd.random() < 0.2:
             rows.insert(rnd.randrange(len(rows) + 1), [f"new-{counter}", 6, 8])
         data = body([entry(name, perm, queues) for name, perm, queues in rows], counter)
-        value, entries, omitted = scan(data, entries)
+        value, entries, omitted = scan(twin, data, entries)
         state.update(table(value))
         assert state == full(data)
         assert omitted + len(table(value)) == len(rows)
+
+
+@PROPERTY
+@given(tables, tables, st.randoms(), st.sampled_from(["", " ", "\n  "]))
+def test_the_twins_agree_on_value_entries_and_what_they_leave_out(before, after, rnd, space):
+    """The pure twin is the reference: for any two registrations (repeated keys, escaped and
+    non-ASCII keys, whitespace included) the extension gives the same (value, entries, omitted)."""
+    if _fastpath is None:
+        pytest.skip("namesrv._fastpath is not built")
+
+    def render(rows: list[tuple[str, int, int]], counter: int) -> bytes:
+        return body([entry(name, perm, queues).replace(f'"{name}"', json.dumps(name, ensure_ascii=rnd.random() < 0.8))
+                     .replace(",", "," + space, rnd.randrange(3)) for name, perm, queues in rows], counter)
+
+    old, new = render(before, 1), render(after, 2)
+    expected_old = pure.scan_registration(old, TABLE_PATH, None)
+    assert _fastpath.scan_registration(old, TABLE_PATH, None) == expected_old
+    previous = expected_old[1]
+    assert _fastpath.scan_registration(new, TABLE_PATH, previous) == pure.scan_registration(new, TABLE_PATH, previous)
+
+
+def test_an_entry_that_grew_past_its_previous_bytes_is_left_to_the_caller(twin):
+    """A previous entry's bytes can be a prefix of the new one only when a number grew: the body is
+    then left to the lenient parser (None) by both twins, never misread."""
+    data = b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"a":1,"b":2}}}'
+    _, entries, _ = scan(twin, data)
+    assert twin.scan_registration(data.replace(b'"a":1', b'"a":12'), TABLE_PATH, entries) is None

@@ -30,8 +30,8 @@ from namesrv.protocol import (DataVersion, ProtocolError, RegisterBrokerBody, Re
                               ResponseCode, TopicConfig, TopicConfigSerializeWrapper, TopicRouteData)
 from namesrv.protocol.msgpack_codec import decode_msgpack, encode_msgpack
 from namesrv.routeinfo import RouteInfoManager
-from namesrv.workers import snapshot
-from namesrv.workers.log import (CLOSE, EXPIRE, TICK, WRITE, Entry, Proposal, SiblingChannel, Verdict, admit)
+from namesrv.writelog import snapshot
+from namesrv.writelog.log import (CLOSE, EXPIRE, TICK, WRITE, Entry, Proposal, SiblingChannel, Verdict, admit)
 from process_control import frozen
 
 CLUSTER = "WorkersCluster"

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from namesrv.client.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH, FLAG_ONEWAY, SerializeType
 from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.protocol.frame import FrameDecoder
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import zmq.auth
 from namesrv.client.connection import BaseConnection
 from namesrv.client.errors import RemotingConnectError
 from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.protocol.msgpack_codec import SERIALIZE_MSGPACK, decode_msgpack, encode_msgpack
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from namesrv.processor.inline import InlineAnswers
 from namesrv.processor.requests import BY_CODE
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.routeinfo import RouteInfoManager, now_ms
 from namesrv.security import AdminGuard
 

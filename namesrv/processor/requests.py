@@ -47,7 +47,7 @@ class RequestSpec:
     #: Changes routes, broker liveness, the KV table or the config.
     writes: bool = False
     #: Writes a file (KV table, config): with worker processes, the supervisor's sequencer is the one
-    #: writer and applies it before any worker does (namesrv.workers.sequencer).
+    #: writer and applies it before any worker does (namesrv.writelog.sequencer).
     persisted: bool = False
     #: May be restricted by adminAllowedNetworks/adminToken (never broker traffic: brokers send no token).
     admin: bool = False

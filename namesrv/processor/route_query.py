@@ -49,7 +49,7 @@ class RouteQueryFastPath:
     def __init__(self, ctx: HandlerContext) -> None:
         self._ctx = ctx
         self._cached_route = ctx.routes.cached_topic_route_body
-        #: The JSON answer's header template (its halves are `fastpath.route_hits`'s too).
+        #: The JSON answer's header template (its halves stamp `InlineAnswers.answer_all`'s answers too).
         self.json = _success(SerializeType.JSON)
         self._binary = _success(SerializeType.ROCKETMQ)
 
@@ -68,8 +68,11 @@ class RouteQueryFastPath:
         return not (config.need_wait_for_service
                     and ctx.clock() - ctx.started_ms < config.wait_seconds_for_service * 1000)
 
-    def cached_body(self, query: RouteQuery) -> bytes | None:
-        """The route body the query is answered with, if it is cached."""
+    def cached_body(self, query: object, route_query: type = RouteQuery) -> bytes | None:
+        """The route body `query` is answered with, if it is a route query and its route is cached.
+        (`route_query` is bound once, as a default: this runs for every route query on the reactor.)"""
+        if type(query) is not route_query:
+            return None
         ctx = self._ctx
         return self._cached_route(query.topic, query.standard, ctx.kv.get(ORDER_TOPIC_CONFIG, query.topic)
                                   if ctx.config.order_message_enable else None)

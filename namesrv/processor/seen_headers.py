@@ -43,7 +43,7 @@ class SeenHeaders(Generic[T]):
     def __init__(self, parse: Callable[[int, bytes], tuple[int, T] | None], bound: int = SEEN_HEADERS,
                  max_bytes: int = SEEN_HEADER_BYTES) -> None:
         self._parse = parse
-        #: JSON headers by `fastpath.json_opaque_key` (`.table` is read by `fastpath.route_hits` too).
+        #: JSON headers by `fastpath.json_opaque_key` (`.table` is read by `InlineAnswers.answer_all` too).
         self.json: BoundedMemo[bytes, T] = BoundedMemo(bound, max_bytes)
         self.binary: BoundedMemo[bytes, T] = BoundedMemo(bound, max_bytes)
 

@@ -11,7 +11,7 @@ from namesrv.protocol.codes import (
     Version,
 )
 from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.protocol.frame import FrameDecoder, encode_frames
 from namesrv.protocol.route import (
     BrokerData,

@@ -6,7 +6,7 @@ from typing import Protocol, TypeVar
 
 from namesrv import fastpath
 from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, SERVER_VERSION, LanguageCode, SerializeType
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.protocol.json_header import decode_json_header, encode_json_header
 
 _PREFIX = struct.Struct(">ii")  # totalLength, headerField

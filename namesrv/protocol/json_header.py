@@ -4,7 +4,7 @@ from __future__ import annotations
 import orjson
 
 from namesrv.protocol.codes import LanguageCode
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.protocol.jsonbody import as_int
 
 _LANGUAGE_BY_NAME = {member.name: int(member) for member in LanguageCode}

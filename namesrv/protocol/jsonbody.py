@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 
 #: A JSON string, or an unterminated one running to the end: every quote starts a match, so
 #: splitting is linear even on hostile input such as `"\"\"\"...` with no closing quote.

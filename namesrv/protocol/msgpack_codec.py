@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgpack
 
 from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 
 #: Marks commands that arrived over the ZeroMQ endpoint (answers go back as msgpack).
 SERIALIZE_MSGPACK = 0x7F

@@ -7,7 +7,7 @@ from typing import Any
 
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import PERM_READ, PERM_WRITE
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.protocol.jsonbody import (
     as_int,
     dumps,

@@ -10,7 +10,7 @@ from typing import Any
 from namesrv import fastpath
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import INT32_MAX, INT32_MIN, PERM_READ, PERM_WRITE, Version
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.protocol.jsonbody import as_int, dumps, expect, get_bool, get_dict, get_int, get_list, get_str, string_list
 
 _INT32 = struct.Struct(">i")

@@ -28,7 +28,7 @@ OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 
 
 #: How a worker process takes a write request: it goes into the write log and is answered once
-#: applied (namesrv.workers.replication.WorkerBus.forward); False when too many are pending.
+#: applied (namesrv.writelog.replication.WorkerBus.forward); False when too many are pending.
 ForwardWrite = Callable[[RemotingCommand, Channel], bool]
 
 

@@ -4,9 +4,9 @@
 byte chunks per connection (an empty chunk announces a connect or a disconnect) and we split them
 into frames ourselves. `RouterEndpoint` is a ROUTER socket for DEALER peers speaking the msgpack
 framing, one command per ZeroMQ frame. Each hands its frames to its transport's `Decode`
-(namesrv.remoting.codecs) and reports what that made of them; sending is the reactor's call. Both
-keep, per connection, a bounded backlog of replies a slow reader has not taken yet, and an LRU
-order of activity for the idle sweep.
+(namesrv.remoting.codecs), sends at once the replies that answered, and reports the requests
+left for the executors. Both keep, per connection, a bounded backlog of replies a slow reader
+has not taken yet, and an LRU order of activity for the idle sweep.
 
 What one connection's unsent replies may hold: up to the send high-water mark of messages of at
 most MAX_MESSAGE_BYTES inside ZeroMQ, plus `max_backlog_bytes` queued here; past that the peer is
@@ -26,15 +26,14 @@ import zmq
 
 from namesrv.channel import Channel
 from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.protocol.frame import FrameDecoder
 from namesrv.remoting.codecs import TCP_TRANSPORT, ZMQ_TRANSPORT, Decode, decode_all
 
 log = logging.getLogger(__name__)
 
-#: A request to dispatch, and the replies to one message answered without an executor, with their connection.
+#: A request to dispatch, with its connection.
 Job = tuple[Channel, RemotingCommand]
-Answer = tuple[Channel, list[bytes]]
 #: Connections refused for maxConnections are logged at most this often (with a running count).
 REFUSED_LOG_PERIOD = 1.0
 #: Replies leave in ZeroMQ messages of at most this many bytes (a single larger reply on the ZeroMQ
@@ -95,9 +94,10 @@ class Endpoint:
         self._refused_logged = -REFUSED_LOG_PERIOD
 
     # ---- transport-specific
-    def read(self, budget: int, now: float, jobs: list[Job], answers: list[Answer]) -> None:
-        """Receive up to `budget` messages; append the requests they complete to `jobs`, and the
-        replies the `Decode` answered at once to `answers`."""
+    def read(self, budget: int, now: float, jobs: list[Job]) -> None:
+        """Receive up to `budget` messages; append the requests they complete to `jobs`. The replies
+        the `Decode` answered itself leave at once, each message's in one send: a closed-loop
+        peer's next request must not wait for the rest of the round."""
         raise NotImplementedError
 
     def _frames(self, conn: Connection, message: object) -> list[bytes]:
@@ -204,7 +204,7 @@ class Endpoint:
         self.blocked.discard(ident)
         conn.backlog.clear()
 
-    def _take(self, conn: Connection, message: object, jobs: list[Job], answers: list[Answer]) -> None:
+    def _take(self, conn: Connection, message: object, now: float, jobs: list[Job]) -> None:
         """Decode what `message` completes; bad input closes the connection and takes none of it."""
         channel = conn.channel
         try:
@@ -220,7 +220,7 @@ class Endpoint:
             self.close(conn, f"undecodable input: {type(exc).__name__}: {exc}", logging.WARNING)
             return
         if replies:
-            answers.append((channel, replies))
+            self.send(channel.ident, replies, now)
         jobs.extend((channel, command) for command in commands)
 
 
@@ -234,7 +234,7 @@ class StreamEndpoint(Endpoint):
         super().__init__(sock, max_backlog_bytes, on_closed, max_connections=max_connections, decode=decode)
         self._max_frame_length = max_frame_length
 
-    def read(self, budget: int, now: float, jobs: list[Job], answers: list[Answer]) -> None:
+    def read(self, budget: int, now: float, jobs: list[Job]) -> None:
         sock = self.socket
         connections = self.connections
         for _ in range(budget):
@@ -252,7 +252,7 @@ class StreamEndpoint(Endpoint):
                 self._peer_closed(conn)
                 continue
             self._touch(conn, now)
-            self._take(conn, frame.bytes, jobs, answers)
+            self._take(conn, frame.bytes, now, jobs)
 
     def _frames(self, conn: Connection, message: bytes) -> list[bytes]:
         return conn.decoder.feed(message)
@@ -291,7 +291,7 @@ class RouterEndpoint(Endpoint):
 
     transport = ZMQ_TRANSPORT
 
-    def read(self, budget: int, now: float, jobs: list[Job], answers: list[Answer]) -> None:
+    def read(self, budget: int, now: float, jobs: list[Job]) -> None:
         sock = self.socket
         connections = self.connections
         for _ in range(budget):
@@ -307,7 +307,7 @@ class RouterEndpoint(Endpoint):
                     continue  # over maxConnections: dropped unanswered
             else:
                 self._touch(conn, now)
-            self._take(conn, parts, jobs, answers)
+            self._take(conn, parts, now, jobs)
 
     def _frames(self, conn: Connection, message: list[zmq.Frame]) -> list[bytes]:
         if len(message) < 2:

@@ -20,7 +20,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.remoting.codecs import decode_all
 from namesrv.remoting.curve import CurveServer
 from namesrv.remoting.dispatch import RequestDispatcher
-from namesrv.remoting.endpoints import MAX_MESSAGE_BYTES, Answer, Endpoint, Job, RouterEndpoint, StreamEndpoint
+from namesrv.remoting.endpoints import MAX_MESSAGE_BYTES, Endpoint, Job, RouterEndpoint, StreamEndpoint
 from namesrv.remoting.outbox import Delivery, Outbox
 
 log = logging.getLogger(__name__)
@@ -198,12 +198,9 @@ class Reactor:
                 now = time.monotonic()
                 if reading:
                     jobs: list[Job] = []
-                    answers: list[Answer] = []
                     for endpoint in endpoints:
                         if endpoint.socket in events:
-                            endpoint.read(READ_BUDGET, now, jobs, answers)
-                    for channel, replies in answers:
-                        self._endpoints[channel.transport].send(channel.ident, replies, now)
+                            endpoint.read(READ_BUDGET, now, jobs)
                     if jobs:
                         self._deliver(self._dispatcher.dispatch(jobs), now)
                 if wake_fd in events:

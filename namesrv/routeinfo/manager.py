@@ -618,7 +618,7 @@ class RouteInfoManager:
 
     def export_tables(self) -> tuple[RouteTables, dict[str, int]]:
         """A snapshot and the per-group queue-change counts, under one read lock: what a restarted
-        worker process copies from a sibling (namesrv.workers) to serve what it serves."""
+        worker process copies from a sibling (namesrv.writelog.snapshot) to serve what it serves."""
         with self._lock.read:
             return self._snapshot_locked(), dict(self._queue_changes)
 

@@ -1,15 +1,16 @@
 """`python -m namesrv` with serverWorkerProcesses = N > 1: the parent of N worker processes.
 
-It validates the configuration, reserves the ports (`ports.reserve_port`: listenPort=0 and a
-ZeroMQ "*" port become concrete ones), runs the write log's sequencer (namesrv.workers.sequencer:
-the one order of every write, and the one writer of the KV and config files), starts the
-workers as fresh interpreters (`python -m namesrv.workers.worker`, in their own process group, so
-a terminal's Ctrl-C reaches the supervisor only) and logs the usual boot line once all of them
-serve. A worker that exits unexpectedly is restarted (at once, or after RESTART_DELAY_SECONDS if
-it lived less than MIN_UPTIME_SECONDS) and copies a serving sibling's tables before it serves.
-SIGTERM/SIGINT are forwarded: every worker shuts down gracefully, then the supervisor exits 0. If the supervisor itself is killed, the workers see their stdin close and
-shut down too. A worker failing before the boot line ends the whole start (exit 1, or 2 for a
-port or configuration error).
+It validates the configuration, reserves the ports (namesrv.writelog.ports.reserve_port:
+listenPort=0 and a ZeroMQ "*" port become concrete ones), runs the write log's sequencer
+(namesrv.writelog.sequencer: the one order of every write, and the one writer of the KV and config
+files), starts the workers as fresh interpreters (`python -m namesrv.workers.worker`, in their own
+process group, so a terminal's Ctrl-C reaches the supervisor only) and logs the usual boot line
+once all of them serve. A worker that exits unexpectedly is restarted (at once, or after
+RESTART_DELAY_SECONDS if it lived less than MIN_UPTIME_SECONDS) and copies a serving sibling's
+tables before it serves. SIGTERM/SIGINT are forwarded: every worker shuts down gracefully, then the
+supervisor exits 0. If the supervisor itself is killed, the workers see their stdin close and shut
+down too. A worker failing before the boot line ends the whole start (exit 1, or 2 for a port or
+configuration error).
 """
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ from namesrv.controller import DRAIN_SECONDS, FLUSH_SECONDS, validate
 from namesrv.remoting import BindError
 from namesrv.remoting.reactor import tcp_endpoint
 from namesrv.stop_signals import StopSignals
-from namesrv.workers.ports import reserve_port, zmq_tcp_address
-from namesrv.workers.replication import WorkerRole
-from namesrv.workers.sequencer import Sequencer, new_bus_name
+from namesrv.writelog.ports import reserve_port, zmq_tcp_address
+from namesrv.writelog.replication import WorkerRole
+from namesrv.writelog.sequencer import Sequencer, new_bus_name
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ import logging
 import os
 import sys
 
-from namesrv.cli import UsageError, setup_logging
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.controller import NamesrvController
+from namesrv.logsetup import UsageError, setup_logging
 from namesrv.remoting import BindError
 from namesrv.stop_signals import StopSignals
-from namesrv.workers.replication import SyncError, WorkerRole
+from namesrv.writelog.replication import SyncError, WorkerRole
 
 log = logging.getLogger(__name__)
 

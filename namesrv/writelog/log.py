@@ -1,7 +1,7 @@
 """The write log of worker processes: its messages and its one ordering rule (sans-IO).
 
 Workers never apply a write on their own. They *propose* it to the supervisor's sequencer
-(namesrv.workers.sequencer), which numbers every proposal of every worker into one log, stamps
+(namesrv.writelog.sequencer), which numbers every proposal of every worker into one log, stamps
 it with its own clock, and publishes it to all workers; each applies the log in order, and the
 worker that took the request answers it once it has applied it. So every worker sees the same
 writes in the same order and stamps the same liveness times: they cannot drift apart.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import msgpack
 
 from namesrv.channel import Channel
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.remoting.codecs import TCP_TRANSPORT, ZMQ_TRANSPORT
 
 WRITE, CLOSE, EXPIRE, TICK, GONE = 1, 2, 3, 4, 5

@@ -1,4 +1,4 @@
-"""The one exception type the protocol layer raises for bad input."""
+"""The one exception type the protocol layer, and the fast path beneath it, raise for bad input."""
 from __future__ import annotations
 
 

@@ -1,4 +1,4 @@
-"""One worker process's end of the write log (namesrv.workers.log): proposing, applying, catching up.
+"""One worker process's end of the write log (namesrv.writelog.log): proposing, applying, catching up.
 
 In a worker, a write is never applied where it is received. The executors hand every write
 request to `WorkerBus.forward`, which remembers it as pending and proposes it to the
@@ -35,13 +35,13 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import RequestProcessor
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.remoting.codecs import decode_frame, encode_reply, encode_request_frame
 from namesrv.remoting.outbox import Outbox
 from namesrv.routeinfo import RouteInfoManager
-from namesrv.workers import snapshot
-from namesrv.workers.log import CLOSE, EXPIRE, GONE, TICK, WRITE, Entry, Proposal, SiblingChannel, Verdict, admit
-from namesrv.workers.sequencer import HIGH_WATER_MARK, endpoint
+from namesrv.writelog import snapshot
+from namesrv.writelog.log import CLOSE, EXPIRE, GONE, TICK, WRITE, Entry, Proposal, SiblingChannel, Verdict, admit
+from namesrv.writelog.sequencer import HIGH_WATER_MARK, endpoint
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class WorkerRole:
     #: The supervisor's spawn count: tells the incarnations of one index apart.
     generation: int
     workers: int
-    #: The server's name in the abstract socket namespace (namesrv.workers.sequencer.new_bus_name).
+    #: The server's name in the abstract socket namespace (namesrv.writelog.sequencer.new_bus_name).
     bus_name: str
 
     def endpoint(self, what: str) -> str:

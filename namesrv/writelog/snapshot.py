@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
 from namesrv.routeinfo import RouteInfoManager, RouteTables
-from namesrv.workers.log import SiblingChannel
+from namesrv.writelog.log import SiblingChannel
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Workers send proposals to a ROUTER socket; the sequencer numbers them in arrival order, stamps
 them with its clock and publishes them on a PUB socket that every worker applies in order
-(namesrv.workers.log). A persisted write (the request table's `persisted` rows: the KV table,
+(namesrv.writelog.log). A persisted write (the request table's `persisted` rows: the KV table,
 the config file) is applied here first, through a RequestProcessor over the supervisor's own KV
 table and config with files written atomically, and only then published: so an answered write
 is already on disk, and a kill -9 of anything afterwards cannot lose it. A persisted write this
@@ -29,10 +29,10 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import PERSISTED_CODES, RequestProcessor
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.errors import ProtocolError
+from namesrv.errors import ProtocolError
 from namesrv.remoting.codecs import decode_frame
 from namesrv.routeinfo import RouteInfoManager, now_ms
-from namesrv.workers.log import GONE, TICK, WRITE, Entry, Proposal
+from namesrv.writelog.log import GONE, TICK, WRITE, Entry, Proposal
 
 log = logging.getLogger(__name__)
 

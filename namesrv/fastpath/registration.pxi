@@ -1,0 +1,975 @@
+# Twin of namesrv/fastpath/registration.py: registration bodies read straight to the route
+# table's queue fields, only their changed topic entries read.
+
+cdef inline bint _is_int32(object value) except -1:
+    """A JSON integer (exactly int, so never bool) within int32."""
+    cdef int overflow = 0
+    cdef long long number
+    if type(value) is not int:
+        return False
+    number = PyLong_AsLongLongAndOverflow(value, &overflow)
+    return overflow == 0 and -2147483648 <= number <= 2147483647
+
+
+# Twin of `_plain_queue_fields` in namesrv/fastpath/registration.py: the one definition of a "plain" topic
+# entry, given its fields as `dict.get` reads them (None when absent).
+cdef tuple _plain_fields(object topic, object read, object write, object perm, object sys_flag,
+                         object filter_type, object order, object attributes):
+    if (type(topic) is str and PyUnicode_GET_LENGTH(topic) > 0 and _is_int32(read) and _is_int32(write)
+            and _is_int32(perm) and _is_int32(sys_flag) and (order is True or order is False)
+            and type(filter_type) is str and (filter_type == "SINGLE_TAG" or filter_type == "MULTI_TAG")
+            and (attributes is None or type(attributes) is dict)):
+        return (topic, read, write, perm, sys_flag)
+    return None
+
+
+cdef tuple _plain_entry(object obj):
+    """`_plain_fields` of a parsed entry; None for anything but a plain one."""
+    if type(obj) is not dict:
+        return None
+    cdef dict entry = <dict>obj
+    return _plain_fields(entry.get("topicName"), entry.get("readQueueNums"), entry.get("writeQueueNums"),
+                         entry.get("perm"), entry.get("topicSysFlag"), entry.get("topicFilterType"),
+                         entry.get("order"), entry.get("attributes"))
+
+
+def queue_fields(dict table not None, fallback):
+    """A parsed topicConfigTable as the route table reads it; see `namesrv.fastpath.registration.queue_fields`."""
+    cdef dict out = table.copy()  # a clone of the hash table: cheaper than inserting key by key
+    cdef tuple fields
+    for key, obj in table.items():
+        if type(obj) is not tuple:  # a tuple was read by scan_registration already
+            fields = _plain_entry(obj)
+            out[key] = fallback(obj, key) if fields is None else fields
+    return out
+
+
+
+# ---------------------------------------------------------------------------------------------
+# scan_registration: strict JSON straight to Python objects, plain topic entries straight to tuples.
+#
+# A recursive-descent parser over the raw bytes. It must never answer differently from
+# `orjson.loads` + the transform (`namesrv.fastpath.registration.scan_registration`), so whatever it does not
+# handle exactly as orjson does (floats, integers beyond 64 bits, nesting deeper than
+# JSON_MAX_DEPTH) and every syntax error raise _NotForMe, and scan_registration answers None: the
+# caller's lenient parser then decides. Every read is bounds-checked against the buffer.
+# ---------------------------------------------------------------------------------------------
+
+class _NotForMe(Exception):
+    """Inside the scanner: input left to the caller's parser (invalid, or beyond what it handles)."""
+
+
+cdef enum:
+    JSON_MAX_DEPTH = 128          # registrations nest 4 deep; deeper input goes to orjson
+    ESCAPE_STACK_BYTES = 256      # unescaped strings up to this size decode without an allocation
+    STR_ESCAPED = 1               # flags of a scanned string
+    STR_NON_ASCII = 2
+
+
+cdef enum:  # the members of a topic entry the plain check reads (an "entry field"), alphabetically
+    F_OTHER, F_ATTRIBUTES, F_ORDER, F_PERM, F_READ, F_FILTER_TYPE, F_TOPIC_NAME, F_SYS_FLAG, F_WRITE
+
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* How many bytes from p (of n) are plain string content, needing no look: ASCII, not '"', not
+       '\\', not a control character. Eight at a time: a byte test set on a whole word is exact in
+       its lowest hit, so on little-endian machines the count is exact; elsewhere it stops at the
+       word holding the first hit, which is only slower. */
+    static inline Py_ssize_t namesrv_plain_run(const unsigned char *p, Py_ssize_t n) {
+        const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+        Py_ssize_t i = 0;
+        for (; n - i >= 8; i += 8) {
+            uint64_t w, quote, backslash, hit;
+            memcpy(&w, p + i, 8);
+            quote = w ^ (ones * 0x22);
+            backslash = w ^ (ones * 0x5C);
+            hit = (((quote - ones) & ~quote) | ((backslash - ones) & ~backslash) | ((w - ones * 0x20) & ~w) | w)
+                  & highs;
+            if (hit) {
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                return i + (__builtin_ctzll(hit) >> 3);
+    #else
+                return i;
+    #endif
+            }
+        }
+        return i;
+    }
+    /* a[0:n] == b[0:n], inlined (short keys: a libc memcmp call costs more than the compare).
+       Whole words, the last one overlapping the one before, so no byte loop below 4 bytes. */
+    static inline int namesrv_same(const unsigned char *a, const unsigned char *b, Py_ssize_t n) {
+        uint64_t x, y;
+        uint32_t u, v;
+        if (n >= 8) {
+            for (; n > 8; a += 8, b += 8, n -= 8) {
+                memcpy(&x, a, 8);
+                memcpy(&y, b, 8);
+                if (x != y) return 0;
+            }
+            memcpy(&x, a + n - 8, 8);
+            memcpy(&y, b + n - 8, 8);
+            return x == y;
+        }
+        if (n >= 4) {
+            memcpy(&u, a, 4);
+            memcpy(&v, b, 4);
+            if (u != v) return 0;
+            memcpy(&u, a + n - 4, 4);
+            memcpy(&v, b + n - 4, 4);
+            return u == v;
+        }
+        for (; n > 0; a++, b++, n--) {
+            if (*a != *b) return 0;
+        }
+        return 1;
+    }
+    """
+    Py_ssize_t _plain_run "namesrv_plain_run" (const unsigned char *p, Py_ssize_t n) nogil
+    bint _same "namesrv_same" (const unsigned char *a, const unsigned char *b, Py_ssize_t n) nogil
+
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* XXH64 (seed 0) of p[0:n], 0 read as 1 (0 marks an empty slot of a set). Not cryptographic:
+       it tells a topic entry from the broker's own previous entries, where only an accident can
+       collide (and a broker can only ever mislead itself). XXH64, not a hash of our own, so the
+       pure twin gets the same digest from the xxhash package at C speed. */
+    #define NAMESRV_P1 0x9E3779B185EBCA87ULL
+    #define NAMESRV_P2 0xC2B2AE3D27D4EB4FULL
+    #define NAMESRV_P3 0x165667B19E3779F9ULL
+    #define NAMESRV_P4 0x85EBCA77C2B2AE63ULL
+    #define NAMESRV_P5 0x27D4EB2F165667C5ULL
+    static inline uint64_t namesrv_rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+    static inline uint64_t namesrv_le64(const unsigned char *p) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        w = __builtin_bswap64(w);
+    #endif
+        return w;
+    }
+    static inline uint64_t namesrv_le32(const unsigned char *p) {
+        uint32_t w;
+        memcpy(&w, p, 4);
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        w = __builtin_bswap32(w);
+    #endif
+        return w;
+    }
+    static inline uint64_t namesrv_round(uint64_t acc, uint64_t input) {
+        return namesrv_rotl(acc + input * NAMESRV_P2, 31) * NAMESRV_P1;
+    }
+    static inline uint64_t namesrv_merge(uint64_t h, uint64_t v) {
+        return (h ^ namesrv_round(0, v)) * NAMESRV_P1 + NAMESRV_P4;
+    }
+    static inline uint64_t namesrv_digest(const unsigned char *p, Py_ssize_t n) {
+        const unsigned char *end = p + n;
+        uint64_t h;
+        if (n >= 32) {
+            uint64_t a = NAMESRV_P1 + NAMESRV_P2, b = NAMESRV_P2, c = 0, d = 0 - NAMESRV_P1;
+            for (; end - p >= 32; p += 32) {
+                a = namesrv_round(a, namesrv_le64(p));
+                b = namesrv_round(b, namesrv_le64(p + 8));
+                c = namesrv_round(c, namesrv_le64(p + 16));
+                d = namesrv_round(d, namesrv_le64(p + 24));
+            }
+            h = namesrv_rotl(a, 1) + namesrv_rotl(b, 7) + namesrv_rotl(c, 12) + namesrv_rotl(d, 18);
+            h = namesrv_merge(namesrv_merge(namesrv_merge(namesrv_merge(h, a), b), c), d);
+        } else {
+            h = NAMESRV_P5;
+        }
+        h += (uint64_t)n;
+        for (; end - p >= 8; p += 8)
+            h = namesrv_rotl(h ^ namesrv_round(0, namesrv_le64(p)), 27) * NAMESRV_P1 + NAMESRV_P4;
+        if (end - p >= 4) {
+            h = namesrv_rotl(h ^ (namesrv_le32(p) * NAMESRV_P1), 23) * NAMESRV_P2 + NAMESRV_P3;
+            p += 4;
+        }
+        for (; p < end; p++)
+            h = namesrv_rotl(h ^ (*p * NAMESRV_P5), 11) * NAMESRV_P1;
+        h ^= h >> 33;
+        h *= NAMESRV_P2;
+        h ^= h >> 29;
+        h *= NAMESRV_P3;
+        h ^= h >> 32;
+        return h ? h : 1;
+    }
+    /* A set of 64-bit values (never 0): an open-addressing table of 2**k slots (0: empty), probed
+       linearly, at most three quarters full. */
+    static inline Py_ssize_t namesrv_set_slots(Py_ssize_t n) {
+        Py_ssize_t slots = 8;
+        while (slots / 4 * 3 < n) slots *= 2;
+        return slots;
+    }
+    /* Add `value` to the set of `count` slots; 0 if it was there already. */
+    static inline int namesrv_set_add(uint64_t *slots, Py_ssize_t count, uint64_t value) {
+        Py_ssize_t i = (Py_ssize_t)(value & (uint64_t)(count - 1));
+        while (slots[i]) {
+            if (slots[i] == value) return 0;
+            i = (i + 1) & (count - 1);
+        }
+        slots[i] = value;
+        return 1;
+    }
+    """
+    uint64_t _digest "namesrv_digest" (const unsigned char *p, Py_ssize_t n) nogil
+    Py_ssize_t _set_slots "namesrv_set_slots" (Py_ssize_t n) nogil
+    bint _set_add "namesrv_set_add" (uint64_t *slots, Py_ssize_t count, uint64_t value) nogil
+
+
+cdef struct _Entry:
+    # What scan_registration remembers of a topic entry, in table order (16 bytes: a broker of
+    # 10,000 topics costs 160 KB): the digest of its bytes (key to closing brace), and in one
+    # word its key digest's top 40 bits (to find a repeated key) and its length (0 if past 24 bits:
+    # never stepped over).
+    uint64_t digest
+    uint64_t key_length
+
+
+cdef enum:
+    ENTRY_LENGTH_BITS = 24
+
+
+cdef struct _Digests:
+    const _Entry *previous      # the previous registration's entries, in its table order
+    Py_ssize_t previous_count
+    _Entry *entries             # this table's entries, in order (grown as they are read)
+    Py_ssize_t count
+    Py_ssize_t capacity
+    Py_ssize_t omitted
+    int tables          # topic tables reached: a repeated table key would make the entries ambiguous
+    bint escaped_key    # a key with escapes has more than one spelling: digests cannot tell keys apart
+
+
+cdef struct _Json:
+    const unsigned char *p
+    Py_ssize_t pos
+    Py_ssize_t end
+    _Digests *digests   # NULL unless scan_registration asked for them
+
+
+#: What each simple escape (`\n` ...) stands for; 0 for a byte that is no simple escape.
+cdef unsigned char _SIMPLE_ESCAPE[256]
+#: Each hex digit's value, -1 for every other byte.
+cdef signed char _HEX[256]
+
+
+#: Each entry field's member name as it starts a member, `"name":`, and its length. Brokers write
+#: them in alphabetical order (fastjson's and orjson's sorted output), so after one member the
+#: scanner first tries the next name with a single compare, before it scans a key in full.
+cdef const char *_ENTRY_KEY[9]
+cdef Py_ssize_t _ENTRY_KEY_LENGTH[9]
+
+
+cdef void _init_tables() noexcept:
+    cdef int c
+    _ENTRY_KEY[F_OTHER] = b""
+    _ENTRY_KEY[F_ATTRIBUTES] = b'"attributes":'
+    _ENTRY_KEY[F_ORDER] = b'"order":'
+    _ENTRY_KEY[F_PERM] = b'"perm":'
+    _ENTRY_KEY[F_READ] = b'"readQueueNums":'
+    _ENTRY_KEY[F_FILTER_TYPE] = b'"topicFilterType":'
+    _ENTRY_KEY[F_TOPIC_NAME] = b'"topicName":'
+    _ENTRY_KEY[F_SYS_FLAG] = b'"topicSysFlag":'
+    _ENTRY_KEY[F_WRITE] = b'"writeQueueNums":'
+    for c in range(9):
+        _ENTRY_KEY_LENGTH[c] = strlen(_ENTRY_KEY[c])
+    for c in range(256):
+        _SIMPLE_ESCAPE[c] = 0
+        _HEX[c] = -1
+    for c in range(10):
+        _HEX[48 + c] = c
+    for c in range(6):
+        _HEX[97 + c] = 10 + c
+        _HEX[65 + c] = 10 + c
+    _SIMPLE_ESCAPE[34] = 34     # \"
+    _SIMPLE_ESCAPE[92] = 92     # \\
+    _SIMPLE_ESCAPE[47] = 47     # \/
+    _SIMPLE_ESCAPE[98] = 8      # \b
+    _SIMPLE_ESCAPE[102] = 12    # \f
+    _SIMPLE_ESCAPE[110] = 10    # \n
+    _SIMPLE_ESCAPE[114] = 13    # \r
+    _SIMPLE_ESCAPE[116] = 9     # \t
+
+
+_init_tables()
+
+#: Stands in for a plain entry's `attributes` object, which was only syntax-checked: the tuple
+#: drops it, and the plain check asks only that it be a dict.
+cdef dict _SKIPPED_OBJECT = {}
+
+
+cdef inline void _skip_ws(_Json *j) noexcept nogil:
+    cdef Py_ssize_t pos = j.pos
+    cdef unsigned char c
+    if pos < j.end and j.p[pos] > 32:  # compact JSON, as brokers send it: nothing to skip
+        return
+    while pos < j.end:
+        c = j.p[pos]
+        if c != 32 and c != 10 and c != 13 and c != 9:
+            break
+        pos += 1
+    j.pos = pos
+
+
+cdef inline unsigned char _peek(_Json *j) noexcept nogil:
+    """The byte at the cursor; 0 at the end (never a valid token start outside strings)."""
+    return j.p[j.pos] if j.pos < j.end else 0
+
+
+cdef inline bint _opened_empty(_Json *j, int depth, unsigned char close) except -1:
+    """Past an opening bracket at `depth`: True if the container closes at once (consumed)."""
+    if depth > JSON_MAX_DEPTH:
+        raise _NotForMe
+    j.pos += 1
+    _skip_ws(j)
+    if _peek(j) == close:
+        j.pos += 1
+        return True
+    return False
+
+
+cdef inline bint _more(_Json *j, unsigned char close) except -1:
+    """After a member or element: True past a ',' (another follows), False past `close` (the end)."""
+    _skip_ws(j)
+    if _peek(j) == 44:
+        j.pos += 1
+        _skip_ws(j)
+        return True
+    if _peek(j) == close:
+        j.pos += 1
+        return False
+    raise _NotForMe
+
+
+cdef inline int _expect(_Json *j, unsigned char c) except -1:
+    """Skip whitespace, the byte `c`, and whitespace again."""
+    _skip_ws(j)
+    if _peek(j) != c:
+        raise _NotForMe
+    j.pos += 1
+    _skip_ws(j)
+    return 0
+
+
+cdef inline int _literal(_Json *j, const char *word, Py_ssize_t length) except -1:
+    if j.end - j.pos < length or not _same(j.p + j.pos, <const unsigned char *>word, length):
+        raise _NotForMe
+    j.pos += length
+    return 0
+
+
+cdef inline int _string_span(_Json *j, Py_ssize_t *start, Py_ssize_t *length) except -1:
+    """At an opening quote: move past the closing one; the content's span and its STR_* flags."""
+    cdef const unsigned char *p = j.p
+    cdef Py_ssize_t pos = j.pos + 1
+    cdef unsigned char c
+    cdef int flags = 0
+    start[0] = pos
+    while True:
+        pos += _plain_run(p + pos, j.end - pos)
+        if pos >= j.end:
+            raise _NotForMe  # unterminated
+        c = p[pos]
+        if c == 34:
+            length[0] = pos - start[0]
+            j.pos = pos + 1
+            return flags
+        if c == 92:
+            flags |= STR_ESCAPED
+            pos += 2  # the escape's own byte is checked when it is decoded
+        elif c < 0x20:
+            raise _NotForMe  # a raw control character
+        else:
+            flags |= STR_NON_ASCII
+            pos += 1
+
+
+cdef inline int _hex4(const unsigned char *p) noexcept nogil:
+    """The value of 4 hex digits, or -1."""
+    cdef int a = _HEX[p[0]], b = _HEX[p[1]], c = _HEX[p[2]], d = _HEX[p[3]]
+    if a < 0 or b < 0 or c < 0 or d < 0:
+        return -1
+    return (a << 12) | (b << 8) | (c << 4) | d
+
+
+cdef inline Py_ssize_t _put_utf8(char *out, int code) noexcept nogil:
+    if code < 0x80:
+        out[0] = <char>code
+        return 1
+    if code < 0x800:
+        out[0] = <char>(0xC0 | (code >> 6))
+        out[1] = <char>(0x80 | (code & 0x3F))
+        return 2
+    if code < 0x10000:
+        out[0] = <char>(0xE0 | (code >> 12))
+        out[1] = <char>(0x80 | ((code >> 6) & 0x3F))
+        out[2] = <char>(0x80 | (code & 0x3F))
+        return 3
+    out[0] = <char>(0xF0 | (code >> 18))
+    out[1] = <char>(0x80 | ((code >> 12) & 0x3F))
+    out[2] = <char>(0x80 | ((code >> 6) & 0x3F))
+    out[3] = <char>(0x80 | (code & 0x3F))
+    return 4
+
+
+cdef object _unescape_into(const unsigned char *s, Py_ssize_t n, char *buf):
+    """Decode string content with escapes into `buf` (n bytes suffice: no escape grows), then
+    from UTF-8. As orjson: the 8 simple escapes, \\uXXXX in either case, surrogates only in pairs."""
+    cdef Py_ssize_t i = 0, out = 0
+    cdef unsigned char c
+    cdef int code, low
+    while i < n:
+        c = s[i]
+        if c != 92:
+            buf[out] = <char>c
+            out += 1
+            i += 1
+            continue
+        if n - i < 2:
+            raise _NotForMe
+        c = s[i + 1]
+        i += 2
+        if c != 117:  # not \u
+            if _SIMPLE_ESCAPE[c] == 0:
+                raise _NotForMe
+            buf[out] = <char>_SIMPLE_ESCAPE[c]
+            out += 1
+            continue
+        if n - i < 4:
+            raise _NotForMe
+        code = _hex4(s + i)
+        i += 4
+        if code < 0 or 0xDC00 <= code <= 0xDFFF:
+            raise _NotForMe  # not hex, or a low surrogate first
+        if 0xD800 <= code <= 0xDBFF:
+            if n - i < 6 or s[i] != 92 or s[i + 1] != 117:
+                raise _NotForMe  # a high surrogate alone
+            low = _hex4(s + i + 2)
+            if low < 0xDC00 or low > 0xDFFF:
+                raise _NotForMe
+            i += 6
+            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+        out += _put_utf8(buf + out, code)
+    return PyUnicode_DecodeUTF8(buf, out, "strict")
+
+
+cdef object _unescape(const unsigned char *s, Py_ssize_t n):
+    cdef char stack[ESCAPE_STACK_BYTES]
+    cdef char *buf = stack
+    stack[0] = 0  # all that is read is written first; this tells the C compiler so
+    if n > ESCAPE_STACK_BYTES:
+        buf = <char *>PyMem_Malloc(n)
+        if buf == NULL:
+            raise MemoryError()
+    try:
+        return _unescape_into(s, n, buf)
+    finally:
+        if buf != stack:
+            PyMem_Free(buf)
+
+
+cdef inline object _string_object(const unsigned char *s, Py_ssize_t n, int flags):
+    """The str of scanned content (invalid UTF-8 raises UnicodeDecodeError, as orjson refuses it)."""
+    if flags == 0:
+        return _ascii_str(s, n)
+    if flags == STR_NON_ASCII:
+        return PyUnicode_DecodeUTF8(<const char *>s, n, "strict")
+    return _unescape(s, n)
+
+
+cdef object _string(_Json *j):
+    cdef Py_ssize_t start, length
+    cdef int flags = _string_span(j, &start, &length)
+    return _string_object(j.p + start, length, flags)
+
+
+cdef object _key(_Json *j):
+    """An object key: short ASCII keys (field names, mostly) come from the shared key cache."""
+    cdef Py_ssize_t start, length
+    cdef int flags = _string_span(j, &start, &length)
+    if flags == 0 and length <= KEY_CACHE_MAX_LEN:
+        return _cached_ascii(j.p + start, length)
+    return _string_object(j.p + start, length, flags)
+
+
+cdef inline int _scan_number(_Json *j, uint64_t *magnitude, bint *negative) except -1:
+    """An integer as orjson reads one (no leading zeros, no '+'); floats are not for this scanner."""
+    cdef const unsigned char *p = j.p
+    cdef Py_ssize_t pos = j.pos, first
+    cdef uint64_t value = 0
+    cdef unsigned int digit
+    negative[0] = pos < j.end and p[pos] == 45  # '-'
+    if negative[0]:
+        pos += 1
+    if pos >= j.end or not (48 <= p[pos] <= 57):
+        raise _NotForMe
+    if p[pos] == 48:
+        pos += 1
+        if pos < j.end and 48 <= p[pos] <= 57:
+            raise _NotForMe  # a leading zero
+    else:
+        first = pos
+        while pos < j.end and 48 <= p[pos] <= 57:
+            digit = p[pos] - 48
+            if pos - first >= 19 and value > (0xFFFFFFFFFFFFFFFFULL - digit) // 10:
+                raise _NotForMe  # beyond 64 bits: orjson reads a float
+            value = value * 10 + digit
+            pos += 1
+    if pos < j.end and (p[pos] == 46 or p[pos] == 101 or p[pos] == 69):  # '.', 'e', 'E'
+        raise _NotForMe
+    if negative[0] and value > 0x8000000000000000ULL:
+        raise _NotForMe  # below int64: orjson reads a float
+    magnitude[0] = value
+    j.pos = pos
+    return 0
+
+
+cdef inline object _number(_Json *j):
+    cdef uint64_t magnitude
+    cdef bint negative
+    _scan_number(j, &magnitude, &negative)
+    if negative:
+        return PyLong_FromLongLong(0) if magnitude == 0 else PyLong_FromLongLong(-<long long>(magnitude - 1) - 1)
+    if magnitude <= 0x7FFFFFFFFFFFFFFFULL:
+        return PyLong_FromLongLong(<long long>magnitude)
+    return PyLong_FromUnsignedLongLong(magnitude)
+
+
+cdef inline object _small_number(_Json *j):
+    """`_number` for what topic entries hold: a non-negative integer of at most 9 digits is read
+    here; anything else (a sign, a longer one, a leading zero, a fraction) goes to `_number`."""
+    cdef const unsigned char *p = j.p
+    cdef Py_ssize_t pos = j.pos, limit = j.pos + 9 if j.end - j.pos > 9 else j.end
+    cdef long value = 0
+    while pos < limit and 48 <= p[pos] <= 57:
+        value = value * 10 + (p[pos] - 48)
+        pos += 1
+    if (pos == j.pos or pos == j.end or 48 <= p[pos] <= 57 or p[pos] == 46 or p[pos] == 101 or p[pos] == 69
+            or (p[j.pos] == 48 and pos - j.pos > 1)):
+        return _number(j)
+    j.pos = pos
+    return PyLong_FromLong(value)
+
+
+cdef object _value(_Json *j, int depth):
+    """The value at the cursor; `depth` is the nesting of the container holding it."""
+    cdef unsigned char c = _peek(j)
+    if c == 34:
+        return _string(j)
+    if c == 123:
+        return _object(j, depth + 1, None, 0)
+    if c == 91:
+        return _array(j, depth + 1)
+    if c == 116:
+        _literal(j, "true", 4)
+        return True
+    if c == 102:
+        _literal(j, "false", 5)
+        return False
+    if c == 110:
+        _literal(j, "null", 4)
+        return None
+    if c == 45 or 48 <= c <= 57:
+        return _number(j)
+    raise _NotForMe
+
+
+cdef list _array(_Json *j, int depth):
+    cdef list out = []
+    if _opened_empty(j, depth, 93):
+        return out
+    while True:
+        out.append(_value(j, depth))
+        if not _more(j, 93):
+            return out
+
+
+cdef dict _object(_Json *j, int depth, tuple path, Py_ssize_t step):
+    """An object; when `path` is given, the member named path[step] is followed further (the
+    last step is the topic table)."""
+    cdef dict out = {}
+    cdef object key, value
+    if _opened_empty(j, depth, 125):
+        return out
+    while True:
+        if _peek(j) != 34:
+            raise _NotForMe
+        key = _key(j)
+        _expect(j, 58)
+        if path is not None and _peek(j) == 123 and key == path[step]:
+            if step + 1 == len(path):
+                value = _table(j, depth + 1)
+            else:
+                value = _object(j, depth + 1, path, step + 1)
+        else:
+            value = _value(j, depth)
+        out[key] = value  # a duplicate key keeps its first place and its last value, as in orjson
+        if not _more(j, 125):
+            return out
+
+
+cdef dict _table(_Json *j, int depth):
+    """The topic table: an object whose plain entries become queue-fields tuples.
+
+    With digests asked for, every entry is noted (`_Entry`), and an entry whose bytes are those
+    of the previous registration's entry at the same place is stepped over unread: the route
+    table holds it already. Brokers list their topics in a stable order, so a registration that
+    changed a few topics has only those read.
+    """
+    cdef dict out = {}
+    cdef object key, value
+    cdef Py_ssize_t start, length, entry_start, span, index = 0
+    cdef int flags
+    cdef const _Entry *before
+    cdef _Digests *d = j.digests
+    if d != NULL:
+        d.tables += 1
+    if _opened_empty(j, depth, 125):
+        return out
+    while True:
+        if _peek(j) != 34:
+            raise _NotForMe
+        entry_start = j.pos
+        if d != NULL and index < d.previous_count:
+            before = d.previous + index
+            span = <Py_ssize_t>(before.key_length & ((1 << ENTRY_LENGTH_BITS) - 1))
+            if 0 < span <= j.end - entry_start and _digest(j.p + entry_start, span) == before.digest:
+                _note_entry(d, before.digest, before.key_length)
+                d.omitted += 1
+                j.pos = entry_start + span
+                index += 1
+                if not _more(j, 125):
+                    return out
+                continue
+        flags = _string_span(j, &start, &length)
+        key = _string_object(j.p + start, length, flags)  # topic names: too many for the key cache
+        _expect(j, 58)
+        if _peek(j) == 123:
+            value = _entry(j, depth + 1, key if flags & STR_ESCAPED == 0 else None, start, length)
+        else:
+            value = _value(j, depth)
+        if d != NULL:
+            if flags & STR_ESCAPED:
+                d.escaped_key = True
+            span = j.pos - entry_start
+            _note_entry(d, _digest(j.p + entry_start, span),
+                        (_digest(j.p + start, length) >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
+                        | (<uint64_t>span if span < (1 << ENTRY_LENGTH_BITS) else 0))
+        out[key] = value
+        index += 1
+        if not _more(j, 125):
+            return out
+
+
+cdef int _note_entry(_Digests *d, uint64_t digest, uint64_t key_length) except -1:
+    cdef Py_ssize_t capacity
+    cdef _Entry *grown
+    if d.count == d.capacity:
+        capacity = 64 if d.capacity == 0 else 2 * d.capacity
+        grown = <_Entry *>PyMem_Realloc(d.entries, capacity * sizeof(_Entry))
+        if grown == NULL:
+            raise MemoryError()
+        d.entries = grown
+        d.capacity = capacity
+    d.entries[d.count].digest = digest
+    d.entries[d.count].key_length = key_length
+    d.count += 1
+    return 0
+
+
+cdef object _entry(_Json *j, int depth, object raw_key, Py_ssize_t key_start, Py_ssize_t key_length):
+    """A topic entry: its tuple when it is plain, else the dict orjson builds."""
+    if depth > JSON_MAX_DEPTH:
+        raise _NotForMe
+    cdef Py_ssize_t start = j.pos
+    cdef tuple fields = _entry_fields(j, depth, raw_key, key_start, key_length)
+    if fields is not None:
+        return fields
+    j.pos = start  # not plain (or a key with escapes): read it again, as a dict
+    cdef dict entry = _object(j, depth, None, 0)
+    fields = _plain_entry(entry)
+    return entry if fields is None else fields
+
+
+cdef int _entry_field(const unsigned char *name, Py_ssize_t length) noexcept nogil:
+    """The entry field a key (its content, without escapes) names."""
+    cdef int field
+    for field in range(F_ATTRIBUTES, F_WRITE + 1):
+        if (length == _ENTRY_KEY_LENGTH[field] - 3
+                and _same(name, <const unsigned char *>_ENTRY_KEY[field] + 1, length)):
+            return field
+    return F_OTHER
+
+
+cdef inline bint _is_int_field(int field) noexcept nogil:
+    return field == F_READ or field == F_WRITE or field == F_PERM or field == F_SYS_FLAG
+
+
+cdef tuple _entry_fields(_Json *j, int depth, object raw_key, Py_ssize_t key_start, Py_ssize_t key_length):
+    """At an entry's '{': its tuple when it is plain, without building its dict; None when it is
+    not (or has a key with escapes or non-ASCII bytes, which the dict reading handles).
+
+    Fields are read as `dict.get` would see them: absent is None, a repeated key's last value
+    counts, other members are only syntax-checked, and so is an `attributes` object.
+    """
+    cdef object topic = None, read = None, write = None, perm = None, sys_flag = None
+    cdef object filter_type = None, order = None, attributes = None, value
+    cdef Py_ssize_t start, length
+    cdef int field, predicted = F_ATTRIBUTES
+    cdef int flags
+    j.pos += 1
+    _skip_ws(j)
+    if _peek(j) == 125:
+        return None
+    while True:
+        if (predicted != F_OTHER and j.end - j.pos >= _ENTRY_KEY_LENGTH[predicted]
+                and _same(j.p + j.pos, <const unsigned char *>_ENTRY_KEY[predicted], _ENTRY_KEY_LENGTH[predicted])):
+            field = predicted
+            j.pos += _ENTRY_KEY_LENGTH[predicted]
+            _skip_ws(j)
+        else:
+            if _peek(j) != 34:
+                raise _NotForMe
+            if _string_span(j, &start, &length) != 0:
+                return None
+            field = _entry_field(j.p + start, length)
+            _expect(j, 58)
+        predicted = field + 1 if F_OTHER < field < F_WRITE else F_OTHER
+        if field == F_OTHER:
+            _skip_value(j, depth)
+        elif field == F_ATTRIBUTES:
+            if _peek(j) == 123:
+                if j.end - j.pos >= 2 and j.p[j.pos + 1] == 125:  # {}, as brokers mostly send it
+                    j.pos += 2
+                else:
+                    _skip_value(j, depth)
+                attributes = _SKIPPED_OBJECT
+            else:
+                attributes = _value(j, depth)
+        elif field == F_TOPIC_NAME and _peek(j) == 34:
+            flags = _string_span(j, &start, &length)
+            if (raw_key is not None and flags & STR_ESCAPED == 0 and length == key_length
+                    and _same(j.p + start, j.p + key_start, length)):
+                topic = raw_key  # the same bytes as the table key, usually: share its str
+            else:
+                topic = _string_object(j.p + start, length, flags)
+        elif (field == F_FILTER_TYPE and j.end - j.pos >= 12
+              and _same(j.p + j.pos, b'"SINGLE_TAG"', 12)):
+            j.pos += 12
+            filter_type = "SINGLE_TAG"
+        elif (field == F_FILTER_TYPE and j.end - j.pos >= 11
+              and _same(j.p + j.pos, b'"MULTI_TAG"', 11)):
+            j.pos += 11
+            filter_type = "MULTI_TAG"
+        else:
+            if _is_int_field(field) and (_peek(j) == 45 or 48 <= _peek(j) <= 57):
+                value = _small_number(j)
+            else:
+                value = _value(j, depth)
+            if field == F_TOPIC_NAME:
+                topic = value
+            elif field == F_READ:
+                read = value
+            elif field == F_WRITE:
+                write = value
+            elif field == F_PERM:
+                perm = value
+            elif field == F_SYS_FLAG:
+                sys_flag = value
+            elif field == F_FILTER_TYPE:
+                filter_type = value
+            else:
+                order = value
+        if not _more(j, 125):
+            return _plain_fields(topic, read, write, perm, sys_flag, filter_type, order, attributes)
+
+
+cdef int _skip_value(_Json *j, int depth) except -1:
+    """Check the value at the cursor as `_value` would read it, building (almost) nothing."""
+    cdef unsigned char c = _peek(j)
+    cdef Py_ssize_t start, length
+    cdef uint64_t magnitude
+    cdef bint negative
+    cdef int flags
+    if c == 34:
+        flags = _string_span(j, &start, &length)
+        if flags != 0:
+            _string_object(j.p + start, length, flags)  # escapes and UTF-8 checked by decoding
+        return 0
+    if c == 123 or c == 91:
+        return _skip_container(j, depth + 1, c == 123)
+    if c == 116:
+        return _literal(j, "true", 4)
+    if c == 102:
+        return _literal(j, "false", 5)
+    if c == 110:
+        return _literal(j, "null", 4)
+    if c == 45 or 48 <= c <= 57:
+        return _scan_number(j, &magnitude, &negative)
+    raise _NotForMe
+
+
+cdef int _skip_container(_Json *j, int depth, bint is_object) except -1:
+    cdef unsigned char close = 125 if is_object else 93
+    if _opened_empty(j, depth, close):
+        return 0
+    while True:
+        if is_object:
+            if _peek(j) != 34:
+                raise _NotForMe
+            _skip_value(j, depth)  # the key: a string
+            _expect(j, 58)
+        _skip_value(j, depth)
+        if not _more(j, close):
+            return 0
+
+
+def scan_registration(data, tuple table_path not None, previous):
+    """See `namesrv.fastpath.registration.scan_registration`."""
+    cdef _Digests d
+    cdef object value
+    if previous is not None and len(<bytes?>previous) % sizeof(_Entry):
+        raise ValueError("previous: not the entries of a scan_registration")
+    d.previous = NULL
+    d.previous_count = 0
+    if previous is not None:
+        d.previous = <const _Entry *><const char *>PyBytes_AS_STRING(previous)
+        d.previous_count = len(previous) // sizeof(_Entry)
+    d.entries = NULL
+    d.count = 0
+    d.capacity = 0
+    d.omitted = 0
+    d.tables = 0
+    d.escaped_key = False
+    try:
+        value = _scan(data, table_path, &d, False)
+        if d.tables != 1 or d.escaped_key or _has_repeated_key(d.entries, d.count):
+            return scan_registration(data, table_path, None) if d.omitted else (value, None, 0)
+        return value, PyBytes_FromStringAndSize(<const char *>d.entries, d.count * sizeof(_Entry)), d.omitted
+    except (_NotForMe, UnicodeDecodeError):
+        return None
+    finally:
+        PyMem_Free(d.entries)
+
+
+def entry_digest(data):
+    """See `namesrv.fastpath.registration.entry_digest`."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        return _digest(<const unsigned char *>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef bint _has_repeated_key(const _Entry *entries, Py_ssize_t count) except -1:
+    """Do two entries have one key digest (a repeated key, or once in 2**39 two keys alike)?"""
+    cdef Py_ssize_t slots = _set_slots(count), i
+    cdef uint64_t *seen = <uint64_t *>PyMem_Calloc(slots, sizeof(uint64_t))
+    if seen == NULL:
+        raise MemoryError()
+    try:
+        for i in range(count):
+            if not _set_add(seen, slots, (entries[i].key_length >> ENTRY_LENGTH_BITS) | 1):
+                return True
+        return False
+    finally:
+        PyMem_Free(seen)
+
+
+def count_entries(data, tuple table_path not None):
+    """See `namesrv.fastpath.registration.count_entries`; here nothing is built, members are only
+    syntax-checked."""
+    if not table_path:
+        return None
+    try:
+        return _scan(data, table_path, NULL, True)
+    except (_NotForMe, UnicodeDecodeError):
+        return None
+
+
+cdef Py_ssize_t _count_at(_Json *j, int depth, tuple path, Py_ssize_t step) except -2:
+    """At an object's '{': the member count of the object at path[step:] within it, -1 if there is
+    none (as orjson keeps them, the last of repeated keys counts)."""
+    cdef Py_ssize_t found = -1
+    cdef object key
+    if _opened_empty(j, depth, 125):
+        return -1
+    while True:
+        if _peek(j) != 34:
+            raise _NotForMe
+        key = _key(j)
+        _expect(j, 58)
+        if key != path[step]:
+            _skip_value(j, depth)
+        elif _peek(j) == 123:
+            found = _members(j, depth + 1) if step + 1 == len(path) else _count_at(j, depth + 1, path, step + 1)
+        else:
+            found = -1  # the last of repeated keys counts, and this one is no object
+            _skip_value(j, depth)
+        if not _more(j, 125):
+            return found
+
+
+cdef Py_ssize_t _members(_Json *j, int depth) except -2:
+    """At an object's '{': its member count. Keys must be told apart by their bytes, so a key with
+    escapes or a repeated key is not for this scanner."""
+    cdef _Digests d
+    cdef Py_ssize_t start, length
+    memset(&d, 0, sizeof(d))
+    if _opened_empty(j, depth, 125):
+        return 0
+    try:
+        while True:
+            if _peek(j) != 34 or _string_span(j, &start, &length) & STR_ESCAPED:
+                raise _NotForMe
+            _note_entry(&d, 0, _digest(j.p + start, length) >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
+            _expect(j, 58)
+            _skip_value(j, depth)
+            if not _more(j, 125):
+                break
+        if _has_repeated_key(d.entries, d.count):
+            raise _NotForMe
+        return d.count
+    finally:
+        PyMem_Free(d.entries)
+
+
+cdef object _scan(data, tuple table_path, _Digests *digests, bint counting):
+    """The whole document at `data`, or (`counting`) the member count of the object at `table_path`
+    in it; raises _NotForMe for what is not for this scanner."""
+    cdef Py_buffer view
+    cdef _Json j
+    cdef object value
+    cdef Py_ssize_t count
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        j.p = <const unsigned char *>view.buf
+        j.pos = 0
+        j.end = view.len
+        j.digests = digests
+        _skip_ws(&j)
+        if counting:
+            if _peek(&j) != 123:
+                raise _NotForMe
+            count = _count_at(&j, 1, table_path, 0)
+            if count < 0:
+                raise _NotForMe  # no object at the path
+            value = count
+        elif table_path and _peek(&j) == 123:
+            value = _object(&j, 1, table_path, 0)
+        else:
+            value = _value(&j, 0)
+        _skip_ws(&j)
+        if j.pos != j.end:
+            raise _NotForMe
+        return value
+    finally:
+        PyBuffer_Release(&view)
+
