@@ -125,12 +125,12 @@ class NamesrvController:
         self.processor = RequestProcessor(config, self.routes, self.kv, persist=self.bus is None,
                                           inline_writes=self.bus is None)
         self.dispatcher = RequestDispatcher(config, self.processor, self.outbox, pool_of=POOL_OF,
-                                            answer_inline=self.processor.inline.answer_all,
                                             forward_write=None if self.bus is None else self.bus.forward,
                                             write_codes=WRITE_CODES)
         self.reactor = Reactor(config, self.dispatcher, self.outbox,
                                self.routes.on_channel_destroy if self.bus is None else self.bus.propose_close,
-                               selector_threads(config, 1 if worker is None else worker.workers))
+                               selector_threads(config, 1 if worker is None else worker.workers),
+                               decode=self.processor.inline.answer_all)
         self._tasks = PeriodicTasks()
         self._tasks.add("scanNotActiveBroker", config.scan_not_active_broker_interval / 1000,
                         self.scan_not_active_brokers)

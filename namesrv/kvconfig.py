@@ -114,7 +114,7 @@ class KVConfigManager:
             self._table.setdefault(namespace, {})[key] = value
 
         self._write(apply)
-        log.info("KV put, namespace %s key %s value %s", namespace, key, value)
+        log.log(self._change_log_level(), "KV put, namespace %r key %r value %r", namespace, key, value)
 
     def delete(self, namespace: str | None, key: str | None) -> None:
         """Remove the key if present; the file is rewritten either way (as RocketMQ does)."""
@@ -122,7 +122,12 @@ class KVConfigManager:
             self._table.get(namespace, {}).pop(key, None)
 
         self._write(apply)
-        log.info("KV delete, namespace %s key %s", namespace, key)
+        log.log(self._change_log_level(), "KV delete, namespace %r key %r", namespace, key)
+
+    def _change_log_level(self) -> int:
+        """Changes are logged (as RocketMQ does) by the table that persists them: with worker
+        processes that is the sequencer's, so each change is logged once, not once per worker."""
+        return logging.INFO if self._persist else logging.DEBUG
 
     def get(self, namespace: str | None, key: str | None) -> str | None:
         with self._lock:

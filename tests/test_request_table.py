@@ -1,9 +1,9 @@
 """The request table (namesrv.processor.requests) against RocketMQ's own code lists, and honest rows.
 
 Every request code a RocketMQ 4.9.x or 5.x NameServer serves must be declared; the codes it does
-not serve on its port are answered REQUEST_CODE_NOT_SUPPORTED, knowingly. A row that says a code
-does not write must not change anything, whatever the request carries: forgetting `writes=True`
-would let worker processes drift apart silently, so it is checked by running every read code
+not serve on its port are answered REQUEST_CODE_NOT_SUPPORTED, knowingly. A code whose handler is
+not a `WriteHandler` must not change anything, whatever the request carries: a write declared as a
+read would let worker processes drift apart silently, so it is checked by running every read code
 against populated tables.
 """
 from __future__ import annotations

@@ -133,6 +133,21 @@ def test_unregistration_and_connection_close_reach_the_other_worker(workers, raw
     workers.wait_for_log(r"\[w\d/NamesrvBus\] .*channel closed: broker broker-b\[0\] 127\.0\.0\.1:30911 .*worker\d")
 
 
+def test_a_repeat_whose_refresh_no_longer_applies_is_registered_in_full_everywhere(workers, raw_connect) -> None:
+    """The origin prepares a repeated body as a liveness refresh; a topic deleted meanwhile makes every
+    worker decline it alike (the body would restore the topic), and the origin proposes it again,
+    decoded in full: the answer comes, and the topic is back on both workers."""
+    (_, a), (_, b) = one_per_worker(workers, raw_connect).items()
+    register(a)
+    wait_until(lambda: brokers(b) == ["broker-a"], 1.0, "broker-a registered everywhere")
+    deleted = b.call(b.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "TopicA"}))
+    assert deleted.code == ResponseCode.SUCCESS, deleted
+    wait_until(lambda: brokers(a) == [], 1.0, "TopicA deleted everywhere")
+    register(a)
+    assert brokers(a) == ["broker-a"]
+    wait_until(lambda: brokers(b) == ["broker-a"], 1.0, "TopicA restored by the re-registration everywhere")
+
+
 def test_kv_and_config_writes_reach_the_other_worker_and_are_on_disk_when_answered(workers, raw_connect) -> None:
     (_, a), (pid_b, b) = one_per_worker(workers, raw_connect).items()
     kv_file = workers.workdir / "kvConfig.json"

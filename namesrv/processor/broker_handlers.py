@@ -9,13 +9,13 @@ from xxhash import xxh3_64_intdigest
 
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
-from namesrv.processor.context import HandlerContext
+from namesrv.processor.context import RETRY, Change, HandlerContext, WriteHandler
 from namesrv.processor.header import RequestHeader
 from namesrv.processor.limits import topic_count_beyond
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand, wire_string
 from namesrv.protocol.route import KVTable, RegisterBrokerResult
-from namesrv.protocol.topic import DataVersion, decode_registration
+from namesrv.protocol.topic import DataVersion, TopicQueueTable, decode_registration
 from namesrv.routeinfo import StaleTopicEntries
 
 log = logging.getLogger(__name__)
@@ -66,72 +66,88 @@ class RegistrationHeader:
         return self.body_crc32 == 0 or crc == self.body_crc32
 
 
-def refresh_if_unchanged(ctx: HandlerContext, registration: RegistrationHeader, request: RemotingCommand,
-                         channel: Channel) -> RegisterBrokerResult | None:
-    """The liveness refresh of a re-registration whose body is the broker's last one, or None.
+#: The order of a registration's identity values in its change (`RegistrationHeader.identity`'s keys).
+IDENTITY_KEYS = ("cluster_name", "broker_addr", "broker_name", "broker_id", "ha_server_addr",
+                 "heartbeat_timeout_millis", "enable_acting_master", "zone_name")
+#: The two kinds of registration change: the liveness refresh of an unchanged body, a decoded body.
+REFRESH, REGISTER = 0, 1
 
-    Most changed bodies differ from the last one in length or CRC32, so those are compared before
-    the full fingerprint is computed; `RouteInfoManager.refresh_registration` decides the rest.
-    """
-    body = request.body or b""
-    crc = request.body_crc32()
+
+def repeats_last_body(ctx: HandlerContext, registration: RegistrationHeader, request: RemotingCommand) -> bool:
+    """Does the body look like the broker's last one (same length and CRC32)? A hint: the liveness
+    refresh (`RouteInfoManager.refresh_registration`) checks the whole fingerprint and the rest."""
     identity = registration.identity
     stored = ctx.routes.registration_fingerprint(identity["cluster_name"], identity["broker_addr"])
-    if stored is None or stored[0] != len(body) or stored[1] != crc:
-        return None
-    return ctx.routes.refresh_registration(body_fingerprint=registration.fingerprint(body, crc), channel=channel,
-                                           **identity)
+    return stored is not None and stored[0] == len(request.body or b"") and stored[1] == request.body_crc32()
 
 
-def register_broker(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-    """Reference 2.3: checksum, decode (before any lock is taken), register, answer master + order topics.
+def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel: Channel,
+                         hints: bool) -> Change | RemotingCommand:
+    """Reference 2.3: checksum, then either a liveness refresh or the decoded body (never under a lock).
 
-    Most registrations are the 30-second repeat of an unchanged topic table: those are
-    recognised by a fingerprint of the raw body and never decoded (a 10,000-topic body costs
-    tens of milliseconds to decode, its fingerprint a fraction of one); the reactor answers
-    most of them itself (`RegistrationFastPath`). A body to decode is first held to
-    maxTopicsPerRegistration (a repeat was held to it when it first came: the key is locked).
-    A master's new DataVersion usually changes a few topics of its table: the fast path then
-    reads only the topic entries that changed since its previous registration.
+    Most registrations are the 30-second repeat of an unchanged topic table: with `hints`, one
+    that looks like the broker's last is a REFRESH change and its body is never decoded (a
+    10,000-topic body costs tens of milliseconds to decode, its fingerprint a fraction of one).
+    A body to decode is first held to maxTopicsPerRegistration (a repeat was held to it when it
+    first came: the key is locked). A master's new DataVersion usually changes a few topics of its
+    table: with `hints` only the topic entries changed since its previous registration are read.
     """
     registration = request.typed_header(RegistrationHeader)
     identity = registration.identity
-    if not registration.body_intact(request.body_crc32()):
+    crc = request.body_crc32()
+    if not registration.body_intact(crc):
         log.warning("REGISTER_BROKER of %s from %s: body crc32 does not match %d", identity["broker_addr"], channel,
                     registration.body_crc32)
         return request.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
-    result = refresh_if_unchanged(ctx, registration, request, channel)
-    if result is None:
-        limit = ctx.config.max_topics_per_registration
-        compressed = registration.compressed
-        count = topic_count_beyond(limit, request.body, compressed, request.version) if limit else None
-        if count is not None:
-            log.warning("REGISTER_BROKER of %s from %s refused: %d topics, maxTopicsPerRegistration is %d",
-                        identity["broker_addr"], channel, count, limit)
-            return request.make_response(ResponseCode.SYSTEM_ERROR,
-                                         f"register broker failed: {count} topics exceed "
-                                         f"maxTopicsPerRegistration={limit}")
-        fingerprint = registration.fingerprint(request.body or b"", request.body_crc32())
-        previous = ctx.routes.topic_entries(identity["cluster_name"], identity["broker_addr"], identity["broker_name"],
-                                            identity["broker_id"])
-        try:
-            result = _decode_and_register(ctx, registration, request, channel, fingerprint, previous)
-        except StaleTopicEntries:  # the route table changed between the decode and its lock
-            result = _decode_and_register(ctx, registration, request, channel, fingerprint, None)
-    if result is None:
+    body = request.body or b""
+    values = tuple(identity[key] for key in IDENTITY_KEYS)
+    if hints and repeats_last_body(ctx, registration, request):
+        return REFRESH, values, registration.fingerprint(body, crc)
+    limit = ctx.config.max_topics_per_registration
+    count = topic_count_beyond(limit, request.body, registration.compressed, request.version) if limit else None
+    if count is not None:
+        log.warning("REGISTER_BROKER of %s from %s refused: %d topics, maxTopicsPerRegistration is %d",
+                    identity["broker_addr"], channel, count, limit)
+        return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                     f"register broker failed: {count} topics exceed maxTopicsPerRegistration={limit}")
+    previous = ctx.routes.topic_entries(identity["cluster_name"], identity["broker_addr"], identity["broker_name"],
+                                        identity["broker_id"]) if hints else None
+    table, filter_servers = decode_registration(request.body, registration.compressed, request.version, previous)
+    if request.body is None and request.version >= Version.V3_0_11:
+        filter_servers = []  # RocketMQ's empty RegisterBrokerBody has an empty (not null) filter-server list
+    version = table.data_version
+    return (REGISTER, values, registration.fingerprint(body, crc), table.topics,
+            (version.counter, version.timestamp, version.state_version), table.topic_queue_mapping_info_map,
+            table.entries, table.omitted, table.omitted_since, filter_servers)
+
+
+def apply_registration(ctx: HandlerContext, change: Change, channel: Channel) -> RegisterBrokerResult | None | object:
+    """The route table's registration; None when its single-topic guard refuses, RETRY when the
+    hint the change was prepared with (an unchanged body, unchanged topic entries) does not hold."""
+    identity = dict(zip(IDENTITY_KEYS, change[1]))
+    fingerprint = tuple(change[2])
+    if change[0] == REFRESH:
+        result = ctx.routes.refresh_registration(body_fingerprint=fingerprint, channel=channel, **identity)
+        return RETRY if result is None else result
+    _, _, _, topics, version, mappings, entries, omitted, omitted_since, filter_servers = change
+    table = TopicQueueTable(topics, DataVersion(*version), mappings, entries, omitted, omitted_since)
+    try:
+        return ctx.routes.register_broker(wrapper=table, filter_server_list=None if filter_servers is None
+                                          else list(filter_servers), body_fingerprint=fingerprint, channel=channel,
+                                          **identity)
+    except StaleTopicEntries:  # the route table changed since the decode: read the body in full
+        return RETRY
+
+
+def answer_registration(ctx: HandlerContext, request: RemotingCommand, outcome: object) -> RemotingCommand:
+    """The master's address and HA address, and the order topics; or "register broker failed"."""
+    if not isinstance(outcome, RegisterBrokerResult):
         return request.make_response(ResponseCode.SYSTEM_ERROR, "register broker failed")
-    return request.make_response(ResponseCode.SUCCESS, ext_fields=registration_ext_fields(result),
+    return request.make_response(ResponseCode.SUCCESS, ext_fields=registration_ext_fields(outcome),
                                  body=order_topics_body(ctx))
 
 
-def _decode_and_register(ctx: HandlerContext, registration: RegistrationHeader, request: RemotingCommand,
-                         channel: Channel, fingerprint: tuple, previous: bytes | None) -> RegisterBrokerResult | None:
-    """Decode the body (only its topic entries changed since `previous`, if given) and register it."""
-    topics, filter_servers = decode_registration(request.body, registration.compressed, request.version, previous)
-    if request.body is None and request.version >= Version.V3_0_11:
-        filter_servers = []  # RocketMQ's empty RegisterBrokerBody has an empty (not null) filter-server list
-    return ctx.routes.register_broker(wrapper=topics, filter_server_list=filter_servers,
-                                      body_fingerprint=fingerprint, channel=channel, **registration.identity)
+register_broker = WriteHandler(prepare_registration, apply_registration, answer_registration)
 
 
 def registration_ext_fields(result: RegisterBrokerResult) -> dict[str, str]:
@@ -152,25 +168,52 @@ def order_topics_body(ctx: HandlerContext) -> bytes | None:
     return None if order_topics is None else KVTable(order_topics).encode()
 
 
-def unregister_broker(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-    """Applied synchronously: the answer means the broker is gone (RocketMQ 5.x only queues it)."""
+def _prepare_unregistration(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: bool) -> Change:
     header = RequestHeader(request)
-    ctx.routes.unregister_broker(header.required_text("clusterName"), header.required_text("brokerAddr"),
-                                 header.required_text("brokerName"), header.integer("brokerId"))
-    return request.make_response(ResponseCode.SUCCESS)
+    return (header.required_text("clusterName"), header.required_text("brokerAddr"),
+            header.required_text("brokerName"), header.integer("brokerId"))
 
 
-def query_data_version(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-    """Has the broker's topic table changed since it registered? Also a liveness heartbeat."""
+def _apply_unregistration(ctx: HandlerContext, change: Change, channel: Channel) -> None:
+    ctx.routes.unregister_broker(*change)
+
+
+#: Applied synchronously: the answer means the broker is gone (RocketMQ 5.x only queues it).
+unregister_broker = WriteHandler(_prepare_unregistration, _apply_unregistration)
+
+
+def _prepare_data_version_query(ctx: HandlerContext, request: RemotingCommand, channel: Channel,
+                                hints: bool) -> Change:
     header = RequestHeader(request)
-    cluster_name, broker_addr = header.required_text("clusterName"), header.required_text("brokerAddr")
-    data_version = DataVersion.decode(request.body) if request.body else None
-    changed, stored = ctx.routes.query_data_version(cluster_name, broker_addr, data_version)
+    version = DataVersion.decode(request.body) if request.body else None
+    return (header.required_text("clusterName"), header.required_text("brokerAddr"),
+            None if version is None else (version.counter, version.timestamp, version.state_version))
+
+
+def _apply_data_version_query(ctx: HandlerContext, change: Change,
+                              channel: Channel) -> tuple[bool, DataVersion | None]:
+    cluster_name, broker_addr, version = change
+    return ctx.routes.query_data_version(cluster_name, broker_addr, None if version is None else DataVersion(*version))
+
+
+def _answer_data_version_query(ctx: HandlerContext, request: RemotingCommand,
+                               outcome: tuple[bool, DataVersion | None]) -> RemotingCommand:
+    changed, stored = outcome
     return request.make_response(ResponseCode.SUCCESS, ext_fields={"changed": wire_string(changed)},
                                  body=None if stored is None else stored.encode())
 
 
-def broker_heartbeat(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+#: Has the broker's topic table changed since it registered? Also a liveness heartbeat.
+query_data_version = WriteHandler(_prepare_data_version_query, _apply_data_version_query, _answer_data_version_query)
+
+
+def _prepare_heartbeat(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: bool) -> Change:
     header = RequestHeader(request)
-    ctx.routes.update_broker_timestamp(header.required_text("clusterName"), header.required_text("brokerAddr"))
-    return request.make_response(ResponseCode.SUCCESS)
+    return header.required_text("clusterName"), header.required_text("brokerAddr")
+
+
+def _apply_heartbeat(ctx: HandlerContext, change: Change, channel: Channel) -> None:
+    ctx.routes.update_broker_timestamp(*change)
+
+
+broker_heartbeat = WriteHandler(_prepare_heartbeat, _apply_heartbeat)

@@ -15,7 +15,7 @@ import logging
 from namesrv.channel import Channel
 from namesrv.config import ConfigError, NamesrvConfig, parse_properties
 from namesrv.kvconfig import write_atomically
-from namesrv.processor.context import HandlerContext
+from namesrv.processor.context import Change, HandlerContext, Refusal, WriteHandler
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 
@@ -27,8 +27,9 @@ def get_namesrv_config(ctx: HandlerContext, request: RemotingCommand, channel: C
     return request.make_response(ResponseCode.SUCCESS, body=ctx.config.to_text().encode("utf-8"))
 
 
-def update_namesrv_config(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-    """Validate every key, write the new config file atomically, then apply it: all or nothing."""
+def _prepare_config_update(ctx: HandlerContext, request: RemotingCommand, channel: Channel,
+                           hints: bool) -> Change | RemotingCommand:
+    """Every key checked against the black list and the allowlist before anything is applied."""
     if request.body is None:
         return request.make_response(ResponseCode.SUCCESS)
     try:
@@ -46,12 +47,17 @@ def update_namesrv_config(ctx: HandlerContext, request: RemotingCommand, channel
                                      f"Can not update config {', '.join(denied)}: not updatable at runtime")
     if not properties:
         return request.make_response(ResponseCode.SUCCESS)
+    return properties
+
+
+def _apply_config_update(ctx: HandlerContext, properties: Change, channel: Channel) -> Refusal | None:
+    """Validate every value, write the new config file atomically, then apply it: all or nothing."""
     with ctx.config_lock:
         updated = copy.copy(ctx.config)
         try:
             updated.apply(properties)
         except ConfigError as exc:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+            return Refusal(ResponseCode.SYSTEM_ERROR, str(exc))
         if ctx.persist:
             # The file is what a restart reads: secrets in full, readable by the owner only.
             write_atomically(updated.config_store_path, updated.to_text(reveal_secrets=True).encode("utf-8"),
@@ -59,4 +65,7 @@ def update_namesrv_config(ctx: HandlerContext, request: RemotingCommand, channel
         ctx.config.apply(properties)
     where = f"written to {updated.config_store_path}" if ctx.persist else "in memory; the sequencer wrote the file"
     log.warning("namesrv config updated by %s: %s (%s)", channel, properties, where)
-    return request.make_response(ResponseCode.SUCCESS)
+    return None
+
+
+update_namesrv_config = WriteHandler(_prepare_config_update, _apply_config_update)

@@ -1,13 +1,15 @@
-"""What every request handler works with."""
+"""What every request handler works with, and the shape of a write handler."""
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
+from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.routeinfo import RouteInfoManager
 
@@ -28,3 +30,75 @@ class HandlerContext:
 
 #: A request handler: decoded request (and the connection it came on) -> response.
 Handler = Callable[[HandlerContext, RemotingCommand, Channel], RemotingCommand]
+
+#: What a write handler's `prepare` makes of a request for its `apply`: plain data (None, bool, int,
+#: str, bytes, lists or tuples, dicts with str keys), so that worker processes can ship it in their
+#: write log as msgpack; `apply` must give the same result for it after that round trip (lists for tuples).
+Change = Any
+
+
+class Refusal(NamedTuple):
+    """An outcome that answers with an error code: nothing was changed."""
+
+    code: int
+    remark: str | None
+
+
+class _Retry:
+    """`apply`'s outcome when the change was prepared against hints from the route table that no
+    longer hold where it lands: nothing was changed, the request must be prepared again without them."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RETRY"
+
+
+RETRY = _Retry()
+
+
+def answer_success(ctx: HandlerContext, request: RemotingCommand, outcome: object) -> RemotingCommand:
+    """The answer of most writes."""
+    return request.make_response(ResponseCode.SUCCESS)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteHandler:
+    """A write request in three steps, so that worker processes can run each where it belongs.
+
+    `prepare(ctx, request, channel, hints)` reads and checks the request and changes nothing: the
+    worker that received it runs it once. It returns the `Change`, or a response when there is
+    nothing to apply (bad input, a refusal). With `hints`, it may read the route table to leave work
+    out (a re-registration's unchanged body, its unchanged topic entries); `apply` then checks the
+    hint and answers `RETRY` if it no longer holds. `apply(ctx, change, channel)` changes state and
+    returns an outcome: every worker runs it, in the write log's order, without the request. A
+    `Refusal` outcome changes nothing and answers with its code. `answer(ctx, request, outcome)`
+    makes the response to any other outcome (only where the request was received). One process
+    simply runs the three in a row (`__call__`).
+    """
+
+    prepare: Callable[[HandlerContext, RemotingCommand, Channel, bool], Change | RemotingCommand]
+    apply: Callable[[HandlerContext, Change, Channel], object]
+    answer: Callable[[HandlerContext, RemotingCommand, object], RemotingCommand] = answer_success
+
+    def __call__(self, ctx: HandlerContext, request: RemotingCommand, channel: Channel,
+                 retry: bool = True) -> RemotingCommand | None:
+        """The three steps in a row. `retry=False`: when the hinted change does not apply, None
+        instead of preparing the request again without hints (the reactor leaves that to an executor)."""
+        change = self.prepare(ctx, request, channel, True)
+        if type(change) is RemotingCommand:
+            return change
+        outcome = self.apply(ctx, change, channel)
+        if outcome is RETRY:
+            if not retry:
+                return None
+            change = self.prepare(ctx, request, channel, False)
+            if type(change) is RemotingCommand:
+                return change
+            outcome = self.apply(ctx, change, channel)
+        return self.respond(ctx, request, outcome)
+
+    def respond(self, ctx: HandlerContext, request: RemotingCommand, outcome: object) -> RemotingCommand:
+        if type(outcome) is Refusal:
+            return request.make_response(outcome.code, outcome.remark)
+        return self.answer(ctx, request, outcome)

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
-from namesrv.processor.context import HandlerContext
+from namesrv.processor.context import Change, Handler, HandlerContext, Refusal
 from namesrv.processor.header import BadRequest
 from namesrv.processor.inline import InlineAnswers
-from namesrv.processor.requests import BY_CODE
+from namesrv.processor.requests import BY_CODE, RequestSpec
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
@@ -40,32 +40,54 @@ class RequestProcessor:
         #: Requests answered from raw frames (the reactor's shortcut past `process`).
         self.inline = InlineAnswers(self._ctx, self.process, registrations=inline_writes)
 
-    def process(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-        """The response to `request` (also for oneway requests: the server drops it)."""
+    def process(self, request: RemotingCommand, channel: Channel, retry: bool = True) -> RemotingCommand | None:
+        """The response to `request` (also for oneway requests: the server drops it). `retry=False`:
+        None, nothing changed, for a write whose hinted change does not apply (`WriteHandler`)."""
         spec = BY_CODE.get(request.code)
         if spec is None:
             log.warning("request code %s from %s not supported", request.code, channel)
             return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                          f" request type {request.code} not supported")
+        handler = spec.handler
+        if not retry and spec.writes:
+            return self._guarded(spec, request, channel,
+                                 lambda ctx, request, channel: handler(ctx, request, channel, retry=False))
+        return self._guarded(spec, request, channel, handler)
+
+    def prepare(self, request: RemotingCommand, channel: Channel, hints: bool = True) -> Change | RemotingCommand:
+        """A write's first step where it was received (the admin guard included): its `Change`, or
+        the response when there is nothing to apply. `request.code` must be a write code."""
+        spec = BY_CODE[request.code]
+        return self._guarded(spec, request, channel,
+                             lambda ctx, request, channel: spec.handler.prepare(ctx, request, channel, hints))
+
+    def apply(self, code: int, change: Change, channel: Channel) -> object:
+        """A prepared write's change, applied here (in a worker process: in the write log's order).
+        A failure is an outcome like any other (a `Refusal` with its text), never an exception."""
+        try:
+            return BY_CODE[code].handler.apply(self._ctx, change, channel)
+        except Exception as exc:  # noqa: BLE001 - one bad change must become an answer, never stop the log
+            log.exception("applying a change of request code %s from %s failed", code, channel)
+            return Refusal(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def answer(self, request: RemotingCommand, outcome: object) -> RemotingCommand:
+        """The response to a write whose change was applied with `outcome` (or refused: a `Refusal`)."""
+        spec = BY_CODE[request.code]
+        return _with_response_header(spec, spec.handler.respond(self._ctx, request, outcome))
+
+    def _guarded(self, spec: RequestSpec, request: RemotingCommand, channel: Channel,
+                 run: Handler) -> RemotingCommand | Change | None:
+        """`run`'s result behind the admin guard, with failures made responses."""
         try:
             refused = self._refused(request, channel) if spec.admin else None
-            response = refused if refused is not None else spec.handler(self._ctx, request, channel)
+            result = refused if refused is not None else run(self._ctx, request, channel)
         except (BadRequest, ProtocolError) as exc:
             log.warning("bad request code %s from %s: %s", request.code, channel, exc)
-            response = request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+            result = request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
         except Exception as exc:  # noqa: BLE001 - a handler failure must become an answer, never a dropped connection
             log.exception("request code %s from %s failed", request.code, channel)
-            response = request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        if spec.response_header and response.ext_fields is None:
-            response.ext_fields = {}
-        return response
-
-    @staticmethod
-    def respond(request: RemotingCommand, code: int, remark: str | None) -> RemotingCommand:
-        """An answer decided elsewhere (a write the sequencer refused), with the rules every response follows."""
-        spec = BY_CODE.get(request.code)
-        return request.make_response(code, remark, ext_fields={} if spec is not None and spec.response_header
-                                     else None)
+            result = request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        return _with_response_header(spec, result) if type(result) is RemotingCommand else result
 
     def _refused(self, request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
         """NO_PERMISSION for an admin request the guard refuses; None when the request may run."""
@@ -77,3 +99,10 @@ class RequestProcessor:
             return None
         log.warning("admin request code %s from %s refused: %s", request.code, channel, refusal)
         return request.make_response(ResponseCode.NO_PERMISSION, refusal)
+
+
+def _with_response_header(spec: RequestSpec, response: RemotingCommand) -> RemotingCommand:
+    """Java answers a code with a typed response header with extFields present, even on errors."""
+    if spec.response_header and response.ext_fields is None:
+        response.ext_fields = {}
+    return response

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from namesrv.channel import Channel
-from namesrv.processor.context import HandlerContext
+from namesrv.processor.context import Change, HandlerContext, WriteHandler
 from namesrv.processor.header import RequestHeader
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
@@ -14,13 +14,19 @@ def java_str(value: str | None) -> str:
     return "null" if value is None else value
 
 
-def put_kv_config(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+def _prepare_put(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: bool) -> Change | RemotingCommand:
     header = RequestHeader(request)
     namespace, key = header.text("namespace"), header.text("key")
     if namespace is None or key is None:
         return request.make_response(ResponseCode.SYSTEM_ERROR, "namespace or key is null")
-    ctx.kv.put(namespace, key, header.text("value"))
-    return request.make_response(ResponseCode.SUCCESS)
+    return namespace, key, header.text("value")
+
+
+def _apply_put(ctx: HandlerContext, change: Change, channel: Channel) -> None:
+    ctx.kv.put(*change)
+
+
+put_kv_config = WriteHandler(_prepare_put, _apply_put)
 
 
 def get_kv_config(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
@@ -33,10 +39,16 @@ def get_kv_config(ctx: HandlerContext, request: RemotingCommand, channel: Channe
     return request.make_response(ResponseCode.SUCCESS, ext_fields={"value": value})
 
 
-def delete_kv_config(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+def _prepare_delete(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: bool) -> Change:
     header = RequestHeader(request)
-    ctx.kv.delete(header.text("namespace"), header.text("key"))
-    return request.make_response(ResponseCode.SUCCESS)
+    return header.text("namespace"), header.text("key")
+
+
+def _apply_delete(ctx: HandlerContext, change: Change, channel: Channel) -> None:
+    ctx.kv.delete(*change)
+
+
+delete_kv_config = WriteHandler(_prepare_delete, _apply_delete)
 
 
 def get_kvlist_by_namespace(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:

@@ -1,8 +1,8 @@
 """Every request code the NameServer serves, declared once: RocketMQ's `registerProcessor` as a table.
 
 A row says everything the server needs to know about a code: its handler, the executor that runs
-it, whether it changes state (then worker processes put it in their one total order and apply it
-everywhere), whether `AdminGuard` may restrict it, whether Java's answer has a typed response
+it, whether it changes state (its handler is then a `WriteHandler`, prepared where it arrives and
+applied in every worker process in their one total order), whether `AdminGuard` may restrict it, whether Java's answer has a typed response
 header (then extFields is always present), and whether the reactor may answer it itself. The
 sets the rest of the server uses (write codes, admin codes, codes per executor) are derived
 here, never kept by hand. A code missing from the table goes to the public executor and is
@@ -17,7 +17,7 @@ import enum
 from dataclasses import dataclass
 
 from namesrv.processor import broker_handlers, config_handlers, kv_handlers, route_handlers
-from namesrv.processor.context import Handler
+from namesrv.processor.context import Handler, WriteHandler
 from namesrv.protocol.codes import RequestCode
 
 
@@ -42,10 +42,9 @@ class Inline(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
     code: RequestCode
-    handler: Handler
+    #: A `WriteHandler` for the codes that change routes, broker liveness, the KV table or the config.
+    handler: Handler | WriteHandler
     pool: Pool = Pool.DEFAULT
-    #: Changes routes, broker liveness, the KV table or the config.
-    writes: bool = False
     #: Writes a file (KV table, config): with worker processes, the supervisor's sequencer is the one
     #: writer and applies it before any worker does (namesrv.writelog.sequencer).
     persisted: bool = False
@@ -55,37 +54,41 @@ class RequestSpec:
     response_header: bool = False
     inline: Inline | None = None
 
+    @property
+    def writes(self) -> bool:
+        """Changes state: worker processes apply it everywhere, in the write log's order."""
+        return isinstance(self.handler, WriteHandler)
+
 
 _ = RequestSpec
 REQUESTS: tuple[RequestSpec, ...] = (
-    _(RequestCode.PUT_KV_CONFIG, kv_handlers.put_kv_config, writes=True, persisted=True, admin=True),
+    _(RequestCode.PUT_KV_CONFIG, kv_handlers.put_kv_config, persisted=True, admin=True),
     _(RequestCode.GET_KV_CONFIG, kv_handlers.get_kv_config, response_header=True),
-    _(RequestCode.DELETE_KV_CONFIG, kv_handlers.delete_kv_config, writes=True, persisted=True, admin=True),
+    _(RequestCode.DELETE_KV_CONFIG, kv_handlers.delete_kv_config, persisted=True, admin=True),
     _(RequestCode.GET_KVLIST_BY_NAMESPACE, kv_handlers.get_kvlist_by_namespace),
-    _(RequestCode.REGISTER_BROKER, broker_handlers.register_broker, writes=True, response_header=True,
+    _(RequestCode.REGISTER_BROKER, broker_handlers.register_broker, response_header=True,
       inline=Inline.REGISTRATION),
-    _(RequestCode.UNREGISTER_BROKER, broker_handlers.unregister_broker, writes=True),
+    _(RequestCode.UNREGISTER_BROKER, broker_handlers.unregister_broker),
     # A liveness heartbeat as well as a question: it refreshes the broker's timestamp.
-    _(RequestCode.QUERY_DATA_VERSION, broker_handlers.query_data_version, writes=True, response_header=True),
-    _(RequestCode.BROKER_HEARTBEAT, broker_handlers.broker_heartbeat, writes=True),
+    _(RequestCode.QUERY_DATA_VERSION, broker_handlers.query_data_version, response_header=True),
+    _(RequestCode.BROKER_HEARTBEAT, broker_handlers.broker_heartbeat),
     _(RequestCode.GET_ROUTEINFO_BY_TOPIC, route_handlers.get_routeinfo_by_topic, pool=Pool.CLIENT,
       inline=Inline.ROUTE_QUERY),
     _(RequestCode.GET_BROKER_CLUSTER_INFO, route_handlers.get_broker_cluster_info),
     _(RequestCode.GET_BROKER_MEMBER_GROUP, route_handlers.get_broker_member_group),
-    _(RequestCode.WIPE_WRITE_PERM_OF_BROKER, route_handlers.wipe_write_perm_of_broker, writes=True, admin=True,
+    _(RequestCode.WIPE_WRITE_PERM_OF_BROKER, route_handlers.wipe_write_perm_of_broker, admin=True,
       response_header=True),
-    _(RequestCode.ADD_WRITE_PERM_OF_BROKER, route_handlers.add_write_perm_of_broker, writes=True, admin=True,
+    _(RequestCode.ADD_WRITE_PERM_OF_BROKER, route_handlers.add_write_perm_of_broker, admin=True,
       response_header=True),
     _(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, route_handlers.get_all_topic_list),
-    _(RequestCode.DELETE_TOPIC_IN_NAMESRV, route_handlers.delete_topic_in_namesrv, writes=True, admin=True),
-    _(RequestCode.REGISTER_TOPIC_IN_NAMESRV, route_handlers.register_topic_in_namesrv, writes=True, admin=True),
+    _(RequestCode.DELETE_TOPIC_IN_NAMESRV, route_handlers.delete_topic_in_namesrv, admin=True),
+    _(RequestCode.REGISTER_TOPIC_IN_NAMESRV, route_handlers.register_topic_in_namesrv, admin=True),
     _(RequestCode.GET_TOPICS_BY_CLUSTER, route_handlers.get_topics_by_cluster),
     _(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, route_handlers.get_system_topic_list),
     _(RequestCode.GET_UNIT_TOPIC_LIST, route_handlers.get_unit_topic_list),
     _(RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, route_handlers.get_has_unit_sub_topic_list),
     _(RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, route_handlers.get_has_unit_sub_ununit_topic_list),
-    _(RequestCode.UPDATE_NAMESRV_CONFIG, config_handlers.update_namesrv_config, writes=True, persisted=True,
-      admin=True),
+    _(RequestCode.UPDATE_NAMESRV_CONFIG, config_handlers.update_namesrv_config, persisted=True, admin=True),
     _(RequestCode.GET_NAMESRV_CONFIG, config_handlers.get_namesrv_config),
 )
 del _
@@ -94,6 +97,8 @@ del _
 BY_CODE: dict[int, RequestSpec] = {int(spec.code): spec for spec in REQUESTS}
 if len(BY_CODE) != len(REQUESTS):
     raise ImportError("a request code is declared twice in namesrv.processor.requests")
+if any(spec.persisted and not spec.writes for spec in REQUESTS):
+    raise ImportError("a persisted request code of namesrv.processor.requests has no WriteHandler")
 
 
 def codes(**wanted: object) -> frozenset[int]:

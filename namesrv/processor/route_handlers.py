@@ -5,11 +5,11 @@ from collections.abc import Callable
 
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
-from namesrv.processor.context import HandlerContext
+from namesrv.processor.context import Change, HandlerContext, WriteHandler
 from namesrv.processor.header import RequestHeader
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.route import TopicList, TopicRouteData
+from namesrv.protocol.route import QueueData, TopicList, TopicRouteData
 from namesrv.routeinfo import RouteInfoManager
 
 #: RocketMQ 5.x FAQUrl.DEFAULT_FAQ_URL, quoted in TOPIC_NOT_EXIST remarks.
@@ -49,30 +49,57 @@ def get_broker_member_group(ctx: HandlerContext, request: RemotingCommand, chann
     return request.make_response(ResponseCode.SUCCESS, body=group.encode())
 
 
-def wipe_write_perm_of_broker(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-    count = ctx.routes.wipe_write_perm_of_broker(RequestHeader(request).text("brokerName"))
-    return request.make_response(ResponseCode.SUCCESS, ext_fields={"wipeTopicCount": str(count)})
+def _prepare_broker_name(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: bool) -> Change:
+    return RequestHeader(request).text("brokerName")
 
 
-def add_write_perm_of_broker(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-    count = ctx.routes.add_write_perm_of_broker(RequestHeader(request).text("brokerName"))
-    return request.make_response(ResponseCode.SUCCESS, ext_fields={"addTopicCount": str(count)})
+def _apply_wipe_write_perm(ctx: HandlerContext, change: Change, channel: Channel) -> int:
+    return ctx.routes.wipe_write_perm_of_broker(change)
 
 
-def delete_topic_in_namesrv(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+def _apply_add_write_perm(ctx: HandlerContext, change: Change, channel: Channel) -> int:
+    return ctx.routes.add_write_perm_of_broker(change)
+
+
+def _answer_count(field: str) -> Callable[[HandlerContext, RemotingCommand, int], RemotingCommand]:
+    def answer(ctx: HandlerContext, request: RemotingCommand, count: int) -> RemotingCommand:
+        return request.make_response(ResponseCode.SUCCESS, ext_fields={field: str(count)})
+    return answer
+
+
+wipe_write_perm_of_broker = WriteHandler(_prepare_broker_name, _apply_wipe_write_perm, _answer_count("wipeTopicCount"))
+add_write_perm_of_broker = WriteHandler(_prepare_broker_name, _apply_add_write_perm, _answer_count("addTopicCount"))
+
+
+def _prepare_topic_deletion(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: bool) -> Change:
     header = RequestHeader(request)
-    ctx.routes.delete_topic(header.required_text("topic"), header.text("clusterName"))
-    return request.make_response(ResponseCode.SUCCESS)
+    return header.required_text("topic"), header.text("clusterName")
 
 
-def register_topic_in_namesrv(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+def _apply_topic_deletion(ctx: HandlerContext, change: Change, channel: Channel) -> None:
+    ctx.routes.delete_topic(*change)
+
+
+delete_topic_in_namesrv = WriteHandler(_prepare_topic_deletion, _apply_topic_deletion)
+
+
+def _prepare_topic_registration(ctx: HandlerContext, request: RemotingCommand, channel: Channel,
+                                hints: bool) -> Change | RemotingCommand:
     """Only the body's queueDatas are used; brokers that are not registered stop the call (as RocketMQ)."""
     topic = RequestHeader(request).required_text("topic")
-    if request.body:
-        route = TopicRouteData.decode(request.body)
-        if route.queue_datas:
-            ctx.routes.register_topic(topic, route.queue_datas)
-    return request.make_response(ResponseCode.SUCCESS)
+    route = TopicRouteData.decode(request.body) if request.body else None
+    if route is None or not route.queue_datas:
+        return request.make_response(ResponseCode.SUCCESS)
+    return topic, [(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
+                   for q in route.queue_datas]
+
+
+def _apply_topic_registration(ctx: HandlerContext, change: Change, channel: Channel) -> None:
+    topic, queues = change
+    ctx.routes.register_topic(topic, [QueueData(*fields) for fields in queues])
+
+
+register_topic_in_namesrv = WriteHandler(_prepare_topic_registration, _apply_topic_registration)
 
 
 def get_all_topic_list(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:

@@ -17,7 +17,7 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
-from namesrv.remoting.codecs import Decode, encode_reply
+from namesrv.remoting.codecs import encode_reply
 from namesrv.remoting.endpoints import Job
 from namesrv.remoting.executors import BoundedExecutor
 from namesrv.remoting.outbox import Delivery, Outbox
@@ -27,9 +27,9 @@ log = logging.getLogger(__name__)
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 
 
-#: How a worker process takes a write request: it goes into the write log and is answered once
-#: applied (namesrv.writelog.replication.WorkerBus.forward); False when too many are pending.
-ForwardWrite = Callable[[RemotingCommand, Channel], bool]
+#: How a worker process takes a write request: prepared, it goes into the write log and is answered
+#: once applied (None), or it is answered at once (namesrv.writelog.replication.WorkerBus.forward).
+ForwardWrite = Callable[[RemotingCommand, Channel], RemotingCommand | None]
 
 
 class Processor(Protocol):
@@ -42,11 +42,8 @@ class RequestDispatcher:
     """Routes decoded requests to executors; workers run the processor and post encoded replies."""
 
     def __init__(self, config: NamesrvConfig, processor: Processor, outbox: Outbox, *, pool_of: Mapping[int, str],
-                 forward_write: ForwardWrite | None = None, write_codes: Iterable[int] = (),
-                 answer_inline: Decode | None = None) -> None:
+                 forward_write: ForwardWrite | None = None, write_codes: Iterable[int] = ()) -> None:
         self._processor = processor
-        #: How the reactor decodes TCP frames when it may answer some itself, no executor involved.
-        self.answer_inline = answer_inline
         #: Where `write_codes` requests go instead of the processor, in a worker process.
         self._forward_write = forward_write
         self._write_codes = frozenset(write_codes)
@@ -120,8 +117,7 @@ class RequestDispatcher:
         for channel, request in jobs:
             try:
                 if forward is not None and request.code in self._write_codes:
-                    response = None if forward(request, channel) else request.make_response(
-                        ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
+                    response = forward(request, channel)
                 else:
                     response = process(request, channel)
                 reply = None if request.is_oneway or response is None else encode_reply(channel, response)

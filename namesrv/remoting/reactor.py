@@ -17,7 +17,7 @@ import zmq
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
-from namesrv.remoting.codecs import decode_all
+from namesrv.remoting.codecs import Decode, decode_all
 from namesrv.remoting.curve import CurveServer
 from namesrv.remoting.dispatch import RequestDispatcher
 from namesrv.remoting.endpoints import MAX_MESSAGE_BYTES, Endpoint, Job, RouterEndpoint, StreamEndpoint
@@ -49,10 +49,13 @@ class Reactor:
     """The server's I/O thread: bind, start, pause reading, stop after flushing."""
 
     def __init__(self, config: NamesrvConfig, dispatcher: RequestDispatcher, outbox: Outbox,
-                 on_channel_closed: Callable[[Channel], None], io_threads: int) -> None:
-        """`io_threads`: the ZeroMQ context's I/O threads (namesrv.controller.selector_threads)."""
+                 on_channel_closed: Callable[[Channel], None], io_threads: int, decode: Decode = decode_all) -> None:
+        """`io_threads`: the ZeroMQ context's I/O threads (namesrv.controller.selector_threads);
+        `decode`: how TCP frames become requests, answering those the reactor may answer itself
+        (namesrv.processor.inline)."""
         self._config = config
         self._dispatcher = dispatcher
+        self._decode = decode
         self._outbox = outbox
         self._on_channel_closed = on_channel_closed
         self._context = zmq.Context(io_threads=io_threads)
@@ -83,7 +86,7 @@ class Reactor:
             stream.setsockopt(zmq.STREAM_NOTIFY, 1)
             self._add(StreamEndpoint(stream, self._max_backlog_bytes(), self._on_channel_closed,
                                      config.max_frame_length, max_connections=config.max_connections,
-                                     decode=self._dispatcher.answer_inline or decode_all))
+                                     decode=self._decode))
             self.tcp_address = _bound(stream).removeprefix("tcp://")
             if zmq_address:
                 router = self._listen(zmq.ROUTER, zmq_address, zmq_fd)

@@ -258,10 +258,11 @@ class RouteInfoManager:
                               entries: bytes | None) -> bool:  # also called without the lock, for a hint
         """Does the route table still hold exactly the topic entries this master registered last
         as `entries`, so that the entries of a new registration found unchanged against them need
-        no applying? (The same entries object, the same group and id, and no change to the group's
-        queue entries since; the deleting mode needs every topic listed.)"""
+        no applying? (Equal entries — compared by value, as a worker process gets them through
+        the write log —, the same group and id, and no change to the group's queue entries since;
+        the deleting mode needs every topic listed.)"""
         live = self._live.get((cluster_name, broker_addr))
-        return (live is not None and entries is not None and live.topic_entries is entries
+        return (live is not None and entries is not None and live.topic_entries == entries
                 and live.registration is not None and live.registration[1:3] == (broker_name, broker_id)
                 and self._queues_unchanged_since(live, broker_name)
                 and not self._config.delete_topic_with_broker_registration)

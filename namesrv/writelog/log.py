@@ -6,8 +6,8 @@ it with its own clock, and publishes it to all workers; each applies the log in 
 worker that took the request answers it once it has applied it. So every worker sees the same
 writes in the same order and stamps the same liveness times: they cannot drift apart.
 
-Kinds of entry: a request (`WRITE`, its frame as its connection's transport carries it), the
-close of a connection that carried one (`CLOSE`), and a broker found expired by some worker's
+Kinds of entry: a write (`WRITE`: its request code and the `Change` its handler's `prepare` made
+of it where it arrived, so that every worker only applies it), the close of a connection that carried one (`CLOSE`), and a broker found expired by some worker's
 scan (`EXPIRE`, applied only if the broker was not refreshed since). A `TICK` repeats the last
 sequence number, so a subscriber notices a lost entry within a tick even when no write follows.
 Messages are msgpack arrays; they only ever travel between one server's own processes.
@@ -72,7 +72,7 @@ class Proposal:
     #: The origin's own number for it: how the origin finds the request to answer.
     proposal_id: int
     channel: Channel
-    #: WRITE: the request frame; EXPIRE: msgpack [clusterName, brokerAddr, lastUpdateTimestamp]; CLOSE and
+    #: WRITE: `pack_write(code, change)`; EXPIRE: msgpack [clusterName, brokerAddr, lastUpdateTimestamp]; CLOSE and
     #: GONE (from the supervisor: worker `origin` of `generation` exited, its connections with it): empty.
     payload: bytes
 
@@ -117,6 +117,22 @@ class Entry:
             return cls(seq, kind, time_ms, Proposal.decode(proposal), None if refused is None else tuple(refused))
         except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
             raise ProtocolError(f"malformed log entry: {exc}") from None
+
+
+def pack_write(code: int, change: object) -> bytes:
+    """A WRITE proposal's payload: the request code and its prepared change."""
+    return msgpack.packb((code, change))
+
+
+def unpack_write(payload: bytes) -> tuple[int, object]:
+    """(code, change) of a WRITE payload (arrays come back as lists); ProtocolError if it is not one."""
+    try:
+        code, change = msgpack.unpackb(payload)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ProtocolError(f"malformed write: {exc}") from None
+    if type(code) is not int:
+        raise ProtocolError(f"malformed write: request code {code!r}")
+    return code, change
 
 
 class Verdict(enum.Enum):

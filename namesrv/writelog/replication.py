@@ -1,13 +1,18 @@
 """One worker process's end of the write log (namesrv.writelog.log): proposing, applying, catching up.
 
 In a worker, a write is never applied where it is received. The executors hand every write
-request to `WorkerBus.forward`, which remembers it as pending and proposes it to the
+request to `WorkerBus.forward`, which prepares it (the handler's `prepare`: the admin guard, the
+header, the body decoded and checked), remembers it as pending and proposes its change to the
 supervisor's sequencer; the reactor proposes the close of a connection that carried writes, the
 expiry scan proposes the brokers it finds silent. One thread (NamesrvBus) applies the log in
-order, the same in every worker, through a RequestProcessor that changes memory only (the
-sequencer wrote the files), with the route table's clock set to each entry's time; when an entry
-is this worker's own, it answers the pending request. A write is answered once it is in the
-log and applied here, and (for a persisted one) on disk.
+order, the same in every worker: each change through its handler's `apply` on a
+RequestProcessor that changes memory only (the sequencer wrote the files), with the route
+table's clock set to each entry's time. So a sibling pays only for the change to its tables,
+never for reading the request again. When an entry is this worker's own, it answers the pending
+request; when its change was prepared with a hint that no longer held where it landed (RETRY,
+alike in every worker: nothing was applied), it prepares the request again without hints and
+proposes that. A write is answered once it is in the log and applied here, and (for a persisted
+one) on disk.
 
 Getting to a consistent start: the first tick tells a worker where the log stands. At 0 (a fresh
 start, nothing written yet) it starts from the KV file and no routes. Otherwise it copies a
@@ -33,14 +38,17 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import RequestProcessor
+from namesrv.processor.context import RETRY, Refusal
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
-from namesrv.remoting.codecs import decode_frame, encode_reply, encode_request_frame
+from namesrv.remoting.codecs import encode_reply
+from namesrv.remoting.dispatch import OVERLOAD_REMARK
 from namesrv.remoting.outbox import Outbox
 from namesrv.routeinfo import RouteInfoManager
 from namesrv.writelog import snapshot
-from namesrv.writelog.log import CLOSE, EXPIRE, GONE, TICK, WRITE, Entry, Proposal, SiblingChannel, Verdict, admit
+from namesrv.writelog.log import (CLOSE, EXPIRE, GONE, TICK, WRITE, Entry, Proposal, SiblingChannel, Verdict, admit,
+                                  pack_write, unpack_write)
 from namesrv.writelog.sequencer import HIGH_WATER_MARK, endpoint
 
 log = logging.getLogger(__name__)
@@ -109,13 +117,14 @@ class WorkerBus:
         self._outbox = outbox
         self._on_lost_sync = on_lost_sync
         self._max_pending = max_pending
-        self._replica = RequestProcessor(config, routes, kv, persist=False)
+        #: Prepares writes (executor threads) and applies the log's changes (the bus thread).
+        self._processor = RequestProcessor(config, routes, kv, persist=False)
         self._context = zmq.Context(io_threads=1)
         self._propose_socket = self._context.socket(zmq.DEALER)
         self._propose_lock = threading.Lock()
         self._ids = itertools.count(1)
-        #: proposal id -> the request to answer once applied (None: nothing to answer), and its connection.
-        self._pending: dict[int, tuple[Channel, RemotingCommand | None]] = {}
+        #: proposal id -> the request to answer once applied, and its connection.
+        self._pending: dict[int, tuple[Channel, RemotingCommand]] = {}
         #: Local connections that carried a write: only their closes concern the log.
         self._writers: set[Channel] = set()
         self._position = 0
@@ -177,15 +186,23 @@ class WorkerBus:
         self._context.term()
 
     # ---- proposing (any thread)
-    def forward(self, request: RemotingCommand, channel: Channel) -> bool:
-        """Propose a write request received on a local connection; False if too many are pending."""
+    def forward(self, request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
+        """Prepare a write request received on a local connection and propose its change (None: it
+        is answered once applied), or its response now: SYSTEM_BUSY if too many are pending, or what
+        `prepare` answered (bad input, a refusal: nothing to apply)."""
         if len(self._pending) >= self._max_pending:
-            return False
-        proposal_id = next(self._ids)
-        self._pending[proposal_id] = (channel, None if request.is_oneway else request)
+            return request.make_response(ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
+        change = self._processor.prepare(request, channel)
+        if type(change) is RemotingCommand:
+            return change
         self._writers.add(channel)
-        self._propose(WRITE, proposal_id, channel, encode_request_frame(channel, request))
-        return True
+        self._propose_change(request, channel, change)
+        return None
+
+    def _propose_change(self, request: RemotingCommand, channel: Channel, change: object) -> None:
+        proposal_id = next(self._ids)
+        self._pending[proposal_id] = (channel, request)
+        self._propose(WRITE, proposal_id, channel, pack_write(request.code, change))
 
     def propose_close(self, channel: Channel) -> None:
         """A local connection closed; only one that carried writes can have registered a broker."""
@@ -288,19 +305,27 @@ class WorkerBus:
     def _apply_write(self, entry: Entry, channel: Channel, proposal_id: int | None) -> None:
         pending = None if proposal_id is None else self._pending.pop(proposal_id, None)
         try:
-            request = decode_frame(entry.proposal.channel, entry.proposal.payload)
+            code, change = unpack_write(entry.proposal.payload)
         except ProtocolError as exc:
-            log.error("undecodable write %d from worker %d: %s", entry.seq, entry.proposal.origin, exc)
+            log.error("unreadable write %d from worker %d: %s", entry.seq, entry.proposal.origin, exc)
             return
-        if entry.refused is not None:
-            response = self._replica.respond(request, *entry.refused)
+        outcome = Refusal(*entry.refused) if entry.refused is not None else self._processor.apply(code, change,
+                                                                                                    channel)
+        if pending is None:
+            if type(outcome) is Refusal:
+                log.debug("write %d (code %d) from %s: %d %s", entry.seq, code, channel, *outcome)
+            return
+        origin, request = pending
+        if outcome is RETRY:  # prepared with a hint that no longer held: nothing was applied anywhere
+            change = self._processor.prepare(request, origin, hints=False)
+            if type(change) is not RemotingCommand:
+                self._propose_change(request, origin, change)
+                return
+            response = change
         else:
-            response = self._replica.process(request, channel)
-            if response.code != ResponseCode.SUCCESS and proposal_id is None:
-                log.debug("write %d (code %d) from %s: %d %s", entry.seq, request.code, channel, response.code,
-                          response.remark)
-        if pending is not None and pending[1] is not None:
-            self._outbox.put([(pending[0], encode_reply(pending[0], response))])
+            response = self._processor.answer(request, outcome)
+        if not request.is_oneway:
+            self._outbox.put([(origin, encode_reply(origin, response))])
 
     # ---- start-up
     def _start_up(self, now: float, poller: zmq.Poller) -> None:

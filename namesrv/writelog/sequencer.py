@@ -3,11 +3,12 @@
 Workers send proposals to a ROUTER socket; the sequencer numbers them in arrival order, stamps
 them with its clock and publishes them on a PUB socket that every worker applies in order
 (namesrv.writelog.log). A persisted write (the request table's `persisted` rows: the KV table,
-the config file) is applied here first, through a RequestProcessor over the supervisor's own KV
-table and config with files written atomically, and only then published: so an answered write
-is already on disk, and a kill -9 of anything afterwards cannot lose it. A persisted write this
-processor refuses (admin guard, a bad config value, an unwritable file) is published as refused:
-no worker applies it, and its origin answers with the refusal.
+the config file) has its change applied here first, through a RequestProcessor over the
+supervisor's own KV table and config with files written atomically, and only then published: so
+an answered write is already on disk, and a kill -9 of anything afterwards cannot lose it. A
+persisted change this processor refuses (a bad config value, an unwritable file) is published as
+refused: no worker applies it, and its origin answers with the refusal. (The admin guard and
+every check of the request itself ran where it arrived, before it was proposed.)
 
 Both sockets live in Linux's abstract socket namespace (`ipc://@...`): nothing is created on
 disk, so nothing is left behind whatever kills the server.
@@ -27,12 +28,10 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import PERSISTED_CODES, RequestProcessor
-from namesrv.protocol.codes import ResponseCode
-from namesrv.protocol.command import RemotingCommand
+from namesrv.processor.context import Refusal
 from namesrv.errors import ProtocolError
-from namesrv.remoting.codecs import decode_frame
 from namesrv.routeinfo import RouteInfoManager, now_ms
-from namesrv.writelog.log import GONE, TICK, WRITE, Entry, Proposal
+from namesrv.writelog.log import GONE, TICK, WRITE, Entry, Proposal, unpack_write
 
 log = logging.getLogger(__name__)
 
@@ -131,12 +130,13 @@ class Sequencer:
         self._pub.send(Entry(self._seq, proposal.kind, now_ms(), proposal, refused).encode())
 
     def _persist(self, proposal: Proposal) -> tuple[int, str | None] | None:
-        """Apply a persisted write here, files included; its refusal, or None (applied, or not persisted)."""
+        """Apply a persisted write's change here, files included; its refusal, or None (applied, or
+        not persisted)."""
         try:
-            request = decode_frame(proposal.channel, proposal.payload)
+            code, change = unpack_write(proposal.payload)
         except ProtocolError:
-            return None  # every worker fails to decode it alike
-        if request.code not in PERSISTED_CODES:
+            return None  # every worker fails to read it alike
+        if code not in PERSISTED_CODES:
             return None
-        response = self._processor.process(request, proposal.channel)
-        return None if response.code == ResponseCode.SUCCESS else (response.code, response.remark)
+        outcome = self._processor.apply(code, change, proposal.channel)
+        return tuple(outcome) if type(outcome) is Refusal else None
