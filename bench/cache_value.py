@@ -31,7 +31,7 @@ from namesrv.channel import Channel  # noqa: E402
 from namesrv.config import NamesrvConfig  # noqa: E402
 from namesrv.kvconfig import KVConfigManager  # noqa: E402
 from namesrv.processor import RequestProcessor  # noqa: E402
-from namesrv.processor.inline import _read_header  # noqa: E402
+from namesrv.processor.inline import read_header  # noqa: E402
 from namesrv.processor.seen_headers import SeenHeaders  # noqa: E402
 from namesrv.protocol import DataVersion  # noqa: E402
 from namesrv.remoting.codecs import encode_reply  # noqa: E402
@@ -54,7 +54,7 @@ class Server:
         self.processor = RequestProcessor(config, self.routes, kv)
         inline = self.processor.inline
         if seen_bytes is not None:
-            inline.seen = SeenHeaders(_read_header, max_bytes=seen_bytes)
+            inline.seen = SeenHeaders(read_header, max_bytes=seen_bytes)
         if template_bytes is not None:
             inline.registrations.templates.max_bytes = template_bytes
         broker = fleet.broker(0)

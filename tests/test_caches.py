@@ -10,7 +10,7 @@ import pytest
 import namesrv
 from namesrv import caches
 from namesrv.caches import ENTRY_OVERHEAD, BoundedMemo
-from namesrv.processor.inline import _read_header
+from namesrv.processor.inline import read_header
 from namesrv.processor.seen_headers import JSON_FIELD, ROCKETMQ_FIELD, SeenHeaders
 from namesrv.protocol.codes import RequestCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
@@ -56,23 +56,23 @@ def test_a_flood_of_distinct_large_headers_costs_at_most_the_byte_bound(serializ
     """A peer sending ever new 20 KB headers: the memo is emptied as often as it fills, its bytes
     never pass the bound, and every header still reads as its parse says."""
     max_bytes = 1 << 20
-    seen: SeenHeaders = SeenHeaders(_read_header, bound=10_000, max_bytes=max_bytes)
+    seen: SeenHeaders = SeenHeaders(read_header, bound=10_000, max_bytes=max_bytes)
     for i in range(400):
         header = _route_query_header(serialize_field, f"T{i}", 20_000, i)
-        assert seen.read(serialize_field, header) == _read_header(serialize_field, header)
+        assert seen.read(serialize_field, header) == read_header(serialize_field, header)
         for memo in (seen.json, seen.binary):
             assert memo.bytes <= max_bytes
             assert sum(2 * len(key) + ENTRY_OVERHEAD for key in memo.table) <= max_bytes
     memo = seen.json if serialize_field == JSON_FIELD else seen.binary
     assert memo.resets >= 400 * 40_000 // max_bytes - 1
     header = _route_query_header(serialize_field, "T399", 20_000, 7)
-    assert seen.read(serialize_field, header) == (7, _read_header(serialize_field, header)[1])  # still remembered
+    assert seen.read(serialize_field, header) == (7, read_header(serialize_field, header)[1])  # still remembered
 
 
 def test_a_header_too_large_to_hold_is_still_read_but_never_remembered():
-    seen: SeenHeaders = SeenHeaders(_read_header, max_bytes=1 << 16)
+    seen: SeenHeaders = SeenHeaders(read_header, max_bytes=1 << 16)
     header = _route_query_header(JSON_FIELD, "T", 100_000, 1)
-    assert seen.read(JSON_FIELD, header) == _read_header(JSON_FIELD, header)
+    assert seen.read(JSON_FIELD, header) == read_header(JSON_FIELD, header)
     assert len(seen.json) == 0 and seen.json.bytes == 0
 
 
@@ -106,7 +106,7 @@ def test_the_route_body_cache_is_listed_with_its_byte_bound():
 def test_binary_and_json_headers_of_one_query_say_the_same():
     for serialize_type in (SerializeType.JSON, SerializeType.ROCKETMQ):
         header = _route_query_header(int(serialize_type) << 24, "TopicA", 0, 5)
-        assert _read_header(int(serialize_type) << 24, header)[1].topic == "TopicA"
+        assert read_header(int(serialize_type) << 24, header)[1].topic == "TopicA"
 
 
 def test_the_cache_value_bench_runs_every_comparison(capsys):

@@ -3,9 +3,9 @@
 For every registration the inline path answers, its bytes must equal `RequestProcessor.process(...)
 .encode()` and its effect on the route table must be the regular path's. With
 inlineRegistrationMaxBodyBytes=0 (the `server` fixture) only unchanged repeats are answered (a
-liveness refresh); anything else (a first registration, a changed body, a CRC32 mismatch, a
-refresh the route table declines, a oneway or malformed header) is left to the regular path
-(None). With the default, a changed body up to that size is applied inline as well, checked
+liveness refresh), and a CRC32 mismatch is refused with the regular path's bytes; anything else
+(a first registration, a changed body, a refresh the route table declines, a oneway or malformed
+header) is left to the regular path (None). With the default, a changed body up to that size is applied inline as well, checked
 against a twin server that takes every request the regular way.
 """
 from __future__ import annotations
@@ -121,11 +121,12 @@ def test_a_changed_body_goes_the_regular_way(server):
     assert server.answer(registration(data=body(counter=2), opaque=3)) is not None
 
 
-def test_a_crc_mismatch_goes_the_regular_way(server):
+def test_a_crc_mismatch_is_refused_as_the_regular_path_refuses_it(server):
     server.regular(registration())
     frame = registration(opaque=2, extra={"bodyCrc32": "12345"})
-    assert server.answer(frame) is None
-    assert RemotingCommand.decode(server.regular(frame)[4:]).remark == "crc32 not match"
+    answer = server.answer(frame)
+    assert answer is not None and answer == server.regular(frame)
+    assert RemotingCommand.decode(answer[4:]).remark == "crc32 not match"
 
 
 def test_a_refresh_the_route_table_declines_goes_the_regular_way(server):

@@ -1,10 +1,11 @@
-"""SeenHeaders: a header read from memory says exactly what its parse says.
+"""SeenHeaders and HeaderReader: a header read from memory says exactly what its parse says.
 
 A peer's repeated header differs from its previous one in the opaque only; SeenHeaders remembers
-it without the opaque. Here the parse is the inline path's own
-(`namesrv.processor.inline._read_header`), counted, and every header read is compared with a
-fresh parse: opaque look-alikes (a second "opaque" key, one inside a string, non-canonical
-digits) must never make memory answer differently.
+it without the opaque. A broker's registration header with a new body differs in its bodyCrc32
+value too; HeaderReader rebinds it from the first one it parsed. Here the parse is the inline
+path's own (`namesrv.processor.inline.read_header`), counted, and every header read is compared
+with a fresh parse: opaque and bodyCrc32 look-alikes (a second key, one inside a string or
+another object, non-canonical digits) must never make memory answer differently.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from namesrv import fastpath
-from namesrv.processor.inline import PreparedRegistration, _read_header
+from namesrv.processor import inline
+from namesrv.processor.inline import HeaderReader, PreparedRegistration, read_header
 from namesrv.processor.seen_headers import JSON_FIELD, ROCKETMQ_FIELD, SeenHeaders
 from namesrv.protocol.codes import LanguageCode, RequestCode
 
@@ -53,7 +55,34 @@ class CountedParse:
 
     def __call__(self, serialize_field: int, header: bytes):
         self.calls += 1
-        return _read_header(serialize_field, header)
+        return read_header(serialize_field, header)
+
+
+def test_a_new_body_crc_is_rebound_not_parsed(monkeypatch):
+    parse = CountedParse()
+    monkeypatch.setattr(inline, "read_header", parse)
+    headers = SeenHeaders(HeaderReader())
+    first = JSON_SHAPES[0].format(o=1, c="104391605").encode()
+    assert headers.read(JSON_FIELD, first) == read_header(JSON_FIELD, first)
+    assert parse.calls == 2  # the parse, and the check that the digits are the field's
+    for opaque, digits in ((2, "7"), (3, "2147483647"), (4, "0"), (5, "104391605")):
+        header = JSON_SHAPES[0].format(o=opaque, c=digits).encode()
+        read = headers.read(JSON_FIELD, header)
+        assert read == read_header(JSON_FIELD, header) and read[1].header.body_crc32 == int(digits)
+        assert read[1].with_(opaque, None).ext_fields["bodyCrc32"] == digits
+    assert parse.calls == 2
+    assert headers.read(JSON_FIELD, JSON_SHAPES[0].format(o=6, c="007").encode())[1].header.body_crc32 == 7
+    assert parse.calls == 3  # not canonical: parsed
+
+
+@pytest.mark.parametrize("shape", JSON_SHAPES[2:6])  # the field at the top, twice, nested
+def test_body_crc_look_alikes_never_teach_the_reader(monkeypatch, shape):
+    parse = CountedParse()
+    monkeypatch.setattr(inline, "read_header", parse)
+    reader = HeaderReader()
+    for digits in ("77", "9", "5", "123", "0"):
+        reader(JSON_FIELD, shape.format(o=1, c=digits).encode())
+    assert len(reader.shapes) == 0
 
 
 @pytest.fixture
@@ -68,7 +97,7 @@ def test_a_repeat_is_read_from_memory_and_a_new_body_crc_is_parsed(seen):
     for opaque in (1, 2, -3, 2 ** 31 - 1):
         header = shape.format(o=opaque, c="104391605").encode()
         read = headers.read(JSON_FIELD, header)
-        assert read == _read_header(JSON_FIELD, header) and type(read[1]) is PreparedRegistration
+        assert read == read_header(JSON_FIELD, header) and type(read[1]) is PreparedRegistration
     assert parse.calls == 1
     header = shape.format(o=5, c="7").encode()
     assert headers.read(JSON_FIELD, header)[1].header.body_crc32 == 7
@@ -79,7 +108,7 @@ def test_a_binary_repeat_is_read_from_memory(seen):
     parse, headers = seen
     for opaque in (1, 2, -3):
         header = binary_header(opaque, "104391605", 0)
-        assert headers.read(ROCKETMQ_FIELD, header) == _read_header(ROCKETMQ_FIELD, header)
+        assert headers.read(ROCKETMQ_FIELD, header) == read_header(ROCKETMQ_FIELD, header)
     assert parse.calls == 1
 
 
@@ -92,26 +121,26 @@ def test_a_binary_repeat_is_read_from_memory(seen):
 def test_opaque_look_alikes_are_parsed_every_time(seen, header):
     parse, headers = seen
     for _ in range(2):
-        assert headers.read(JSON_FIELD, header) == _read_header(JSON_FIELD, header)
+        assert headers.read(JSON_FIELD, header) == read_header(JSON_FIELD, header)
     assert len(headers.json) == 0
 
 
 @settings(max_examples=300, deadline=None)
 @given(shape=st.sampled_from(JSON_SHAPES), reads=st.lists(st.tuples(OPAQUES, DIGITS), min_size=1, max_size=6))
 def test_any_json_header_from_memory_is_its_parse(shape, reads):
-    headers = SeenHeaders(_read_header)
+    headers = SeenHeaders(HeaderReader())
     for opaque, digits in reads:
         header = shape.format(o=opaque, c=digits).encode()
-        assert headers.read(JSON_FIELD, header) == _read_header(JSON_FIELD, header)
+        assert headers.read(JSON_FIELD, header) == read_header(JSON_FIELD, header)
 
 
 @settings(max_examples=200, deadline=None)
 @given(shape=st.integers(0, 3), reads=st.lists(st.tuples(OPAQUES, DIGITS), min_size=1, max_size=6))
 def test_any_binary_header_from_memory_is_its_parse(shape, reads):
-    headers = SeenHeaders(_read_header)
+    headers = SeenHeaders(read_header)
     for opaque, digits in reads:
         header = binary_header(opaque, digits, shape)
-        assert headers.read(ROCKETMQ_FIELD, header) == _read_header(ROCKETMQ_FIELD, header)
+        assert headers.read(ROCKETMQ_FIELD, header) == read_header(ROCKETMQ_FIELD, header)
 
 
 @settings(max_examples=300, deadline=None)
@@ -120,8 +149,8 @@ def test_any_binary_header_from_memory_is_its_parse(shape, reads):
        reads=st.lists(st.tuples(OPAQUES, DIGITS), min_size=1, max_size=4))
 def test_any_binary_header_with_any_fixed_fields_from_memory_is_its_parse(code, language, version, flag, remark,
                                                                           reads):
-    headers = SeenHeaders(_read_header)
+    headers = SeenHeaders(read_header)
     for opaque, digits in reads:
         header = fastpath.encode_binary_header(code, language, version, opaque, flag, remark,
                                                {**IDENTITY, "bodyCrc32": digits})
-        assert headers.read(ROCKETMQ_FIELD, header) == _read_header(ROCKETMQ_FIELD, header)
+        assert headers.read(ROCKETMQ_FIELD, header) == read_header(ROCKETMQ_FIELD, header)

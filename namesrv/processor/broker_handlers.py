@@ -66,9 +66,6 @@ class RegistrationHeader:
         return self.body_crc32 == 0 or crc == self.body_crc32
 
 
-#: The order of a registration's identity values in its change (`RegistrationHeader.identity`'s keys).
-IDENTITY_KEYS = ("cluster_name", "broker_addr", "broker_name", "broker_id", "ha_server_addr",
-                 "heartbeat_timeout_millis", "enable_acting_master", "zone_name")
 #: The two kinds of registration change: the liveness refresh of an unchanged body, a decoded body.
 REFRESH, REGISTER = 0, 1
 
@@ -100,9 +97,8 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
                     registration.body_crc32)
         return request.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
     body = request.body or b""
-    values = tuple(identity[key] for key in IDENTITY_KEYS)
     if hints and repeats_last_body(ctx, registration, request):
-        return REFRESH, values, registration.fingerprint(body, crc)
+        return REFRESH, identity, registration.fingerprint(body, crc)
     limit = ctx.config.max_topics_per_registration
     count = topic_count_beyond(limit, request.body, registration.compressed, request.version) if limit else None
     if count is not None:
@@ -116,7 +112,7 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
     if request.body is None and request.version >= Version.V3_0_11:
         filter_servers = []  # RocketMQ's empty RegisterBrokerBody has an empty (not null) filter-server list
     version = table.data_version
-    return (REGISTER, values, registration.fingerprint(body, crc), table.topics,
+    return (REGISTER, identity, registration.fingerprint(body, crc), table.topics,
             (version.counter, version.timestamp, version.state_version), table.topic_queue_mapping_info_map,
             table.entries, table.omitted, table.omitted_since, filter_servers)
 
@@ -124,7 +120,7 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
 def apply_registration(ctx: HandlerContext, change: Change, channel: Channel) -> RegisterBrokerResult | None | object:
     """The route table's registration; None when its single-topic guard refuses, RETRY when the
     hint the change was prepared with (an unchanged body, unchanged topic entries) does not hold."""
-    identity = dict(zip(IDENTITY_KEYS, change[1]))
+    identity = change[1]
     fingerprint = tuple(change[2])
     if change[0] == REFRESH:
         result = ctx.routes.refresh_registration(body_fingerprint=fingerprint, channel=channel, **identity)
@@ -143,8 +139,13 @@ def answer_registration(ctx: HandlerContext, request: RemotingCommand, outcome: 
     """The master's address and HA address, and the order topics; or "register broker failed"."""
     if not isinstance(outcome, RegisterBrokerResult):
         return request.make_response(ResponseCode.SYSTEM_ERROR, "register broker failed")
-    return request.make_response(ResponseCode.SUCCESS, ext_fields=registration_ext_fields(outcome),
-                                 body=order_topics_body(ctx))
+    ext_fields, body = registration_answer(ctx, outcome)
+    return request.make_response(ResponseCode.SUCCESS, ext_fields=ext_fields, body=body)
+
+
+def registration_answer(ctx: HandlerContext, result: RegisterBrokerResult) -> tuple[dict[str, str], bytes | None]:
+    """A successful registration's response header fields and body."""
+    return registration_ext_fields(result), order_topics_body(ctx)
 
 
 register_broker = WriteHandler(prepare_registration, apply_registration, answer_registration)

@@ -7,6 +7,10 @@ them the hand-off to a worker thread and back, and the header parse, cost more t
 `InlineAnswers.answer` reads the header once per peer and request shape (`SeenHeaders`; a repeat
 costs a lookup), then lets the matching fast path answer or step aside (None): everything else,
 and every case those paths do not own, takes the regular path through the executors.
+
+A broker's registration header also differs from its last one whenever its body does: in the
+bodyCrc32 value only. Such a JSON header is not parsed again but rebound (`crc_free`,
+`InlineAnswers.shapes`), once parsing has shown that those digits are where its bodyCrc32 is read from.
 """
 from __future__ import annotations
 
@@ -22,9 +26,16 @@ from namesrv.processor.requests import BY_CODE
 from namesrv.processor.requests import Inline as RequestInline
 from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, route_query_of
 from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, JSON_FIELD, SeenHeaders
+from namesrv.caches import BoundedMemo
+from namesrv.protocol.codes import INT32_MAX
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
 from namesrv.protocol.json_header import decode_json_header
+
+#: Bounds of the registration header shapes (brokers x header shapes; emptied when full).
+SHAPES = 4096
+SHAPE_BYTES = 8 * 1024 * 1024
+_CRC_FIELD = b'"bodyCrc32":"'
 
 
 class PreparedRegistration(NamedTuple):
@@ -42,6 +53,27 @@ class PreparedRegistration(NamedTuple):
         request.keep_typed_header(self.header)
         return request
 
+    def with_crc(self, digits: bytes) -> PreparedRegistration:
+        """The same header with bodyCrc32 `digits` (a non-negative int32 as Java writes it)."""
+        text = digits.decode("ascii")
+        r, h = self.request, self.header
+        request = RemotingCommand(r.code, language=r.language, version=r.version, flag=r.flag, remark=r.remark,
+                                  ext_fields={**r.ext_fields, "bodyCrc32": text}, serialize_type=r.serialize_type)
+        return PreparedRegistration(RegistrationHeader(h.identity, int(text), h.compressed, h.version), request)
+
+
+def crc_free(key: bytes) -> tuple[bytes, bytes] | None:
+    """(`key` without its bodyCrc32 value, that value's digits) when `key` holds one `"bodyCrc32":"`
+    followed by a non-negative int32 written as Java writes it and a closing quote; else None."""
+    head, found, rest = key.partition(_CRC_FIELD)
+    if not found or _CRC_FIELD in rest:
+        return None
+    digits, quote, tail = rest.partition(b'"')
+    if (not quote or not digits.isdigit() or len(digits) > 10 or (digits[0] == 48 and len(digits) > 1)
+            or int(digits) > INT32_MAX):
+        return None
+    return head + found + quote + tail, digits
+
 
 #: What a header asks of the inline paths: a route query, a registration, or None (not theirs).
 Inline = RouteQuery | PreparedRegistration | None
@@ -56,7 +88,7 @@ class InlineAnswers:
         apply every write in the write log's order, namesrv.writelog)."""
         self.route_queries = RouteQueryFastPath(ctx)
         self.registrations = RegistrationFastPath(ctx, process) if registrations else None
-        self.seen: SeenHeaders[Inline] = SeenHeaders(_read_header)
+        self.seen: SeenHeaders[Inline] = SeenHeaders(HeaderReader())
 
     def answer_all(self, frames: list[bytes], channel: Channel) -> tuple[list[bytes], list[RemotingCommand]]:
         """The frames of one received chunk: (answers, the requests to dispatch, decoded).
@@ -110,7 +142,42 @@ class InlineAnswers:
         return request if reply is None else reply
 
 
-def _read_header(serialize_field: int, header: bytes) -> tuple[int, Inline] | None:
+class HeaderReader:
+    """`read_header`, except that a JSON registration header differing from one read before in its
+    bodyCrc32 value only (the broker's next DataVersion) is rebound, not parsed. Reactor thread only."""
+
+    def __init__(self) -> None:
+        #: JSON registration headers by `crc_free` key, each the first one parsed.
+        self.shapes: BoundedMemo[bytes, PreparedRegistration] = BoundedMemo(SHAPES, SHAPE_BYTES)
+
+    def __call__(self, serialize_field: int, header: bytes) -> tuple[int, Inline] | None:
+        shape = split = None
+        if serialize_field == JSON_FIELD:
+            split = fastpath.json_opaque_key(header)
+            if split is not None and split[1] is not None:
+                shape = crc_free(split[0])
+        if shape is not None:
+            known = self.shapes.table.get(shape[0])
+            if known is not None:
+                return split[1], known.with_crc(shape[1])
+        read = read_header(serialize_field, header)
+        if shape is not None and read is not None and read[0] == split[1] and _rebinds(header, shape[1], read[1]):
+            self.shapes.remember(shape[0], read[1], 2 * len(shape[0]))
+        return read
+
+
+def _rebinds(header: bytes, digits: bytes, what: Inline) -> bool:
+    """Does the parser read `what`'s bodyCrc32 from exactly these `digits` of `header`, and nothing
+    else from them? Then another header differing in them only reads as `what.with_crc(...)`.
+    Checked by parsing the header again with other digits (a duplicate key, say, would fail it)."""
+    if type(what) is not PreparedRegistration or what.header.body_crc32 != int(digits):
+        return False
+    other = (b"2" if digits[:1] == b"1" else b"1") + b"0" * (len(digits) - 1)
+    again = read_header(JSON_FIELD, header.replace(_CRC_FIELD + digits + b'"', _CRC_FIELD + other + b'"', 1))
+    return again is not None and again[1] == what.with_crc(other)
+
+
+def read_header(serialize_field: int, header: bytes) -> tuple[int, Inline] | None:
     """(opaque, what the inline paths make of it), or None if the header does not decode.
 
     The header is read by its codec's one parser, the regular path's own, and the request table's

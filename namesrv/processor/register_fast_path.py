@@ -11,8 +11,8 @@ the answer is a pre-encoded header with the opaque patched in.
 A changed body up to inlineRegistrationMaxBodyBytes (uncompressed) is answered here too: the new
 DataVersion usually changes a few topics, which costs less than the hand-off (an executor
 thread would hold the interpreter lock as long). A larger or compressed body that is not a
-repeat, and a CRC32 mismatch, step aside to the executors with None; the bytes answered here are
-the ones the regular path would send (tests/test_register_fast_path.py).
+repeat steps aside to the executors with None; the bytes answered here are the ones the regular
+path would send (tests/test_register_fast_path.py).
 """
 from __future__ import annotations
 
@@ -20,11 +20,13 @@ from collections.abc import Callable
 
 from namesrv.caches import BoundedMemo
 from namesrv.channel import Channel
-from namesrv.processor.broker_handlers import RegistrationHeader, repeats_last_body
+from namesrv.processor.broker_handlers import (RegistrationHeader, register_broker, registration_answer,
+                                               repeats_last_body)
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.seen_headers import OpaqueTemplate
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
+from namesrv.protocol.route import RegisterBrokerResult
 
 #: The regular path (RequestProcessor.process).
 Process = Callable[..., RemotingCommand | None]
@@ -46,11 +48,16 @@ class RegistrationFastPath:
     def answer(self, registration: RegistrationHeader, request: RemotingCommand, channel: Channel) -> bytes | None:
         """`request` is the decoded registration; `registration` its header read."""
         ctx = self._ctx
-        if not registration.body_intact(request.body_crc32()):
-            return None  # the regular path answers "crc32 not match"
+        repeat = repeats_last_body(ctx, registration, request)
+        if repeat and registration.body_intact(request.body_crc32()):
+            # The periodic repeat, most of a broker's traffic: the handler's own steps, answered
+            # from a template without building a response.
+            outcome = register_broker.apply(ctx, register_broker.prepare(ctx, request, channel, True), channel)
+            if type(outcome) is RegisterBrokerResult:
+                return self._success(request, *registration_answer(ctx, outcome))
         limit = ctx.config.inline_registration_max_body_bytes
         small = limit and not registration.compressed and len(request.body or b"") <= limit
-        if not small and not repeats_last_body(ctx, registration, request):
+        if not small and not repeat:
             return None
         # A large body is only refreshed here: if the route table declines, decoding it is an executor's work.
         response = self._process(request, channel, retry=bool(small))

@@ -1,0 +1,129 @@
+"""CPU instructions per request on the reactor's inline path, counted by callgrind: a comparison
+between two checkouts that this machine's noise cannot move.
+
+    .venv/bin/python -m bench.request_instructions                       # this checkout only
+    .venv/bin/python -m bench.request_instructions --against /tmp/base   # and another (ratio new/other)
+
+The TCP benchmark (bench.throughput) measures what a client sees, but on a shared 2-core host its
+legs of one server can differ by a factor of two, so a 5-20% change in per-request cost is below
+its noise. Instructions do not depend on what else the machine runs. For each workload, frames
+are rendered once here (bench.storm.fleet's broker of 100 topics) and replayed by a child Python
+of each checkout (its own `namesrv` and built extension) under `valgrind --tool=callgrind`,
+through `RequestProcessor(...).inline.answer` (what the reactor calls per frame); a run with no
+requests is subtracted, so only the requests are counted. The checkout given with --against needs
+its extension built (`python setup.py build_ext --inplace` in it).
+
+* route          GET_ROUTEINFO_BY_TOPIC of a registered topic, answered from the route cache;
+* register-same  REGISTER_BROKER with the broker's unchanged body (the 30-second heartbeat);
+* register-new   a new DataVersion in every request (the body is decoded; no topic changes).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
+from namesrv.protocol import DataVersion  # noqa: E402
+
+WORKLOADS = ("route", "register-same", "register-new")
+#: Registrations replayed before counting starts (and a route query per topic): the route table,
+#: the route cache and the memos warm up in both runs.
+WARM_UP = 50
+_ROOT = Path(__file__).resolve().parent.parent
+
+#: The child: replays the pickled frames of one workload, the first `WARM_UP` + `count` of them.
+_REPLAY = """
+import pickle, sys, tempfile
+from namesrv.channel import Channel
+from namesrv.config import NamesrvConfig
+from namesrv.kvconfig import KVConfigManager
+from namesrv.processor import RequestProcessor
+from namesrv.protocol import RemotingCommand
+from namesrv.routeinfo import RouteInfoManager
+setup, frames = pickle.load(open(sys.argv[1], "rb"))
+count = int(sys.argv[2])
+config = NamesrvConfig(kv_config_path=tempfile.mkdtemp() + "/kv.json")
+processor = RequestProcessor(config, RouteInfoManager(config), KVConfigManager(config.kv_config_path))
+inline = processor.inline
+channel = Channel("tcp", b"bench", "127.0.0.1:1")
+for frame in setup:  # what the reactor leaves to the executors (a route not cached yet) goes the regular way
+    answer = inline.answer(frame, channel)
+    if type(answer) is not bytes:
+        processor.process(RemotingCommand.decode(frame) if answer is None else answer, channel)
+for frame in frames[:count]:
+    if type(inline.answer(frame, channel)) is not bytes:
+        raise SystemExit("a frame was not answered inline")
+"""
+
+
+def workload_frames(name: str, count: int) -> tuple[list[bytes], list[bytes]]:
+    """(set-up frames, measured frames), without their length prefix as split_frames yields them."""
+    fleet = FleetShape(brokers=1, topics_per_broker=100, queues_per_topic=8, clusters=1, slaves_per_master=0)
+    broker = fleet.broker(0)
+    first = register_template(fleet, broker, register_body(fleet, broker.cluster, DataVersion(1, 1)))
+    setup = [first.render(i + 1)[4:] for i in range(WARM_UP)]
+    if name == "route":
+        topics = fleet.cluster_topics(broker.cluster)
+        setup += [route_template(fleet, topic).render(i + 1)[4:] for i, topic in enumerate(topics)]
+        frames = [route_template(fleet, topics[i % len(topics)]).render(i + 1)[4:] for i in range(count)]
+    elif name == "register-same":
+        frames = [first.render(i + 1)[4:] for i in range(count)]
+    elif name == "register-new":
+        now = int(time.time() * 1000)
+        frames = [register_template(fleet, broker, register_body(fleet, broker.cluster, DataVersion(i + 2, now + i)))
+                  .render(i + 1)[4:] for i in range(count)]
+    else:
+        raise ValueError(f"unknown workload {name!r}")
+    return setup, frames
+
+
+def instructions(tree: Path, frames_file: Path, count: int) -> int:
+    """Instructions callgrind counts for the child of `tree` replaying `count` frames."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}  # string hashes vary the count otherwise
+    result = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
+                             _REPLAY, str(frames_file), str(count)], cwd=tree, env=env, capture_output=True,
+                            text=True, timeout=900)
+    if result.returncode != 0:
+        raise RuntimeError(f"replay in {tree} failed: {result.stderr[-2000:]}")
+    for line in result.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1])
+    raise RuntimeError(f"no instruction count from callgrind: {result.stderr[-2000:]}")
+
+
+def per_request(tree: Path, frames_file: Path, count: int) -> float:
+    return (instructions(tree, frames_file, count) - instructions(tree, frames_file, 0)) / count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", type=Path, help="another checkout (its extension built) to compare with")
+    parser.add_argument("--requests", type=int, default=400, help="requests counted per workload")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}")
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed (Debian: apt-get install -y valgrind)")
+    trees = [_ROOT] + ([args.against.resolve()] if args.against else [])
+    print("instructions per request on the inline path (callgrind); " + ", ".join(str(tree) for tree in trees))
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in args.workloads.split(","):
+            frames_file = Path(scratch) / f"{name}.pickle"
+            frames_file.write_bytes(pickle.dumps(workload_frames(name, args.requests)))
+            counts = [per_request(tree, frames_file, args.requests) for tree in trees]
+            ratio = f"  ratio {counts[0] / counts[1]:.3f}" if len(counts) == 2 else ""
+            print(f"{name:14s} " + "  ".join(f"{count:10,.0f}" for count in counts) + ratio)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

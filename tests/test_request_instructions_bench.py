@@ -1,0 +1,34 @@
+"""bench.request_instructions: its frames are answered inline by this checkout, and a callgrind run counts them."""
+from __future__ import annotations
+
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import request_instructions
+from bench.request_instructions import WORKLOADS, _REPLAY, workload_frames
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_every_workload_is_answered_inline_by_the_replay(tmp_path, workload):
+    """Without valgrind: the child replays the frames and fails if one is not answered inline."""
+    frames_file = tmp_path / "frames.pickle"
+    frames_file.write_bytes(pickle.dumps(workload_frames(workload, 30)))
+    result = subprocess.run([sys.executable, "-c", _REPLAY, str(frames_file), "30"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed (apt-get install -y valgrind)")
+def test_the_bench_counts_instructions_against_another_checkout(capsys):
+    assert request_instructions.main(["--requests", "20", "--workloads", "register-same", "--against", str(ROOT)]) == 0
+    line = [row for row in capsys.readouterr().out.splitlines() if row.startswith("register-same")][0]
+    first, second = (float(value.replace(",", "")) for value in line.split()[1:3])
+    assert first > 1000 and second > 1000  # a registration is thousands of instructions, never nothing
+    assert abs(first / second - 1) < 0.01  # the same checkout twice
