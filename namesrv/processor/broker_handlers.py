@@ -70,12 +70,12 @@ class RegistrationHeader:
 REFRESH, REGISTER = 0, 1
 
 
-def repeats_last_body(ctx: HandlerContext, registration: RegistrationHeader, request: RemotingCommand) -> bool:
-    """Does the body look like the broker's last one (same length and CRC32)? A hint: the liveness
-    refresh (`RouteInfoManager.refresh_registration`) checks the whole fingerprint and the rest."""
+def repeats_last_body(ctx: HandlerContext, registration: RegistrationHeader, body: bytes, crc: int) -> bool:
+    """Does `body` (with CRC32 `crc`) look like the broker's last one? A hint: the liveness refresh
+    (`RouteInfoManager.refresh_registration`) checks the whole fingerprint and the rest."""
     identity = registration.identity
     stored = ctx.routes.registration_fingerprint(identity["cluster_name"], identity["broker_addr"])
-    return stored is not None and stored[0] == len(request.body or b"") and stored[1] == request.body_crc32()
+    return stored is not None and stored[0] == len(body) and stored[1] == crc
 
 
 def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel: Channel,
@@ -97,7 +97,7 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
                     registration.body_crc32)
         return request.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
     body = request.body or b""
-    if hints and repeats_last_body(ctx, registration, request):
+    if hints and repeats_last_body(ctx, registration, body, crc):
         return REFRESH, identity, registration.fingerprint(body, crc)
     limit = ctx.config.max_topics_per_registration
     count = topic_count_beyond(limit, request.body, registration.compressed, request.version) if limit else None

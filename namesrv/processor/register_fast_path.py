@@ -48,13 +48,15 @@ class RegistrationFastPath:
     def answer(self, registration: RegistrationHeader, request: RemotingCommand, channel: Channel) -> bytes | None:
         """`request` is the decoded registration; `registration` its header read."""
         ctx = self._ctx
-        repeat = repeats_last_body(ctx, registration, request)
-        if repeat and registration.body_intact(request.body_crc32()):
+        repeat = repeats_last_body(ctx, registration, request.body or b"", request.body_crc32())
+        if repeat:
             # The periodic repeat, most of a broker's traffic: the handler's own steps, answered
             # from a template without building a response.
-            outcome = register_broker.apply(ctx, register_broker.prepare(ctx, request, channel, True), channel)
-            if type(outcome) is RegisterBrokerResult:
-                return self._success(request, *registration_answer(ctx, outcome))
+            change = register_broker.prepare(ctx, request, channel, True)
+            if type(change) is not RemotingCommand:  # else refused (a CRC32 mismatch): the regular path answers
+                outcome = register_broker.apply(ctx, change, channel)
+                if type(outcome) is RegisterBrokerResult:
+                    return self._success(request, *registration_answer(ctx, outcome))
         limit = ctx.config.inline_registration_max_body_bytes
         small = limit and not registration.compressed and len(request.body or b"") <= limit
         if not small and not repeat:
