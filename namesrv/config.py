@@ -146,6 +146,11 @@ class NamesrvConfig:
         "thread instead of the default executor: a worker thread would hold the interpreter lock just as long, "
         "and the hand-off there and back costs more than the work. Larger bodies, whose decode would hold up "
         "every connection, go to the executor. 0 = every changed registration goes to the executor.", 65536)
+    max_queue_nums_per_topic: int = _key(
+        "Most read or write queues one broker may declare for a topic (REGISTER_BROKER, "
+        "REGISTER_TOPIC_IN_NAMESRV); a registration declaring more is refused with SYSTEM_ERROR and the "
+        "broker's earlier routes stay. RocketMQ stores any int32, and its clients then build one object per "
+        "queue: 2147483647 queues exhaust them. Brokers default to 8 (defaultTopicQueueNums).", 1024, locked=True)
     max_topics_per_registration: int = _key(
         "Most topics one REGISTER_BROKER body may carry; a larger body is refused with SYSTEM_ERROR before it is "
         "decoded (a 16 MiB body of empty topics costs seconds of CPU and hundreds of MiB to decode). "

@@ -12,6 +12,27 @@ from pathlib import Path
 #: The repository's logging configuration, used when --logConfig is not given.
 DEFAULT_LOG_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "logging.conf"
 
+#: Control characters (C0, DEL, C1) and Unicode line separators, written as Python escapes.
+_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
+_ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+class EscapeControlCharacters(logging.Filter):
+    """Writes a record's message with its control characters escaped.
+
+    Names in log lines come from the wire (broker, cluster and topic names, KV keys, peers' text);
+    a newline in one must not forge a log line, nor an escape sequence drive the operator's
+    terminal. Installed on every handler by `setup_logging`, whatever configuration it loads, so no
+    log call has to remember it. Tracebacks are not touched (they are not the message).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        escaped = message.translate(_ESCAPES)
+        if escaped != message:
+            record.msg, record.args = escaped, None
+        return True
+
 
 class UsageError(Exception):
     """A command line namesrv cannot run with; the message is the whole story."""
@@ -29,3 +50,7 @@ def setup_logging(path: str | None) -> None:
             raise UsageError(f"bad logging config {chosen}: {exc}") from None
     else:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s [%(threadName)s] %(name)s - %(message)s")
+    escaper = EscapeControlCharacters()
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(existing, EscapeControlCharacters) for existing in handler.filters):
+            handler.addFilter(escaper)

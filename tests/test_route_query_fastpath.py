@@ -185,9 +185,14 @@ def test_cache_gives_a_read_entry_a_second_chance_and_never_spins():
     assert cache.topics() <= {"e"} and cache.size()[1] <= 2 * (100 + ENTRY_OVERHEAD)
 
 
+#: What a broker may register over the wire: TopicValidator's characters (namesrv.processor.route_input).
+REGISTRABLE = [topic for topic in TOPICS if topic.isascii()]
+
+
 def _register(conn, queues: int, counter: int):
     from namesrv.protocol import RegisterBrokerBody
-    wrapper = TopicConfigSerializeWrapper({t: TopicConfig(t, queues, queues) for t in TOPICS}, DataVersion(counter, 1))
+    wrapper = TopicConfigSerializeWrapper({t: TopicConfig(t, queues, queues) for t in REGISTRABLE},
+                                          DataVersion(counter, 1))
     ext = {"brokerName": "b1", "brokerAddr": "127.0.0.1:10911", "clusterName": "c1", "brokerId": 0}
     response = conn.call(conn.request(RequestCode.REGISTER_BROKER, ext, RegisterBrokerBody(wrapper, []).encode(),
                                       version=Version.V5_3_3))
@@ -208,7 +213,8 @@ def test_a_real_server_answers_pipelined_queries_inline_and_sees_changes(namesrv
     for query_ in queries:
         answer = answers[query_.opaque]
         topic = query_.ext_fields["topic"]
-        assert answer.code == (17 if topic == "NoSuchTopic" else 0) and answer.serialize_type == query_.serialize_type
+        # A non-ASCII topic cannot be registered: asked for, it is a topic that does not exist.
+        assert answer.code == (0 if topic in REGISTRABLE else 17) and answer.serialize_type == query_.serialize_type
         assert bodies.setdefault((topic, query_.version), answer.body) == answer.body  # cached or not: same bytes
     _register(broker, 8, 2)  # every topic's queue count changes: the next answers must show it
     after = client.call(client.request(ROUTE, {"topic": "TopicA"}))

@@ -15,7 +15,8 @@ from namesrv.client.broker import (
     clamp_register_period,
 )
 from namesrv.client.connection import RemotingConnection
-from namesrv.client.errors import MQResponseError, RemotingConnectError, RemotingError, RemotingTimeoutError
+from namesrv.client.errors import (InvalidRouteError, MQResponseError, RemotingConnectError, RemotingError,
+                                   RemotingTimeoutError)
 from namesrv.client.namesrv_client import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     AsyncNamesrvClient,
@@ -32,7 +33,7 @@ from namesrv.client.zmq_connection import CurveClientKeys, ZmqRemotingConnection
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC", "AsyncBrokerOuterAPI", "AsyncBrokerService", "AsyncNamesrvClient",
     "AsyncRemotingClient", "BrokerIdentity", "BrokerOuterAPI", "BrokerService", "BrokerTopicTable",
-    "CurveClientKeys", "LoopThread", "MQResponseError", "MessageQueue", "NamesrvClient", "RemotingClient",
+    "CurveClientKeys", "InvalidRouteError", "LoopThread", "MQResponseError", "MessageQueue", "NamesrvClient", "RemotingClient",
     "RemotingConnectError", "RemotingConnection", "RemotingError", "RemotingTimeoutError", "ServerResult",
     "ZmqRemotingConnection", "clamp_register_period", "parse_namesrv_addrs", "publish_queues",
 ]

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from namesrv import fastpath
-from namesrv.client.errors import MQResponseError
+from namesrv.client.errors import InvalidRouteError, MQResponseError
 from namesrv.config import escape_property, parse_properties
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
@@ -24,6 +24,26 @@ from namesrv.protocol.route import (
     TopicRouteData,
 )
 from namesrv.protocol.topic import DataVersion
+
+
+#: Most queues a route may give one broker for a topic: namesrv's own default maxQueueNumsPerTopic.
+#: A client builds an object per queue; a route from any NameServer past this is refused.
+MAX_QUEUES_PER_BROKER = 1024
+
+
+def checked_route(topic: str, route: TopicRouteData, address: str = "") -> TopicRouteData:
+    """`route`, or InvalidRouteError naming the queue count past MAX_QUEUES_PER_BROKER."""
+    counts = [(q.broker_name, n) for q in route.queue_datas for n in (q.read_queue_nums, q.write_queue_nums)]
+    for entry in (route.order_topic_conf or "").split(";"):
+        broker_name, _, count = entry.partition(":")
+        if count.strip().isdigit():
+            counts.append((broker_name, int(count)))
+    for broker_name, count in counts:
+        if not 0 <= count <= MAX_QUEUES_PER_BROKER:
+            where = f" from {address}" if address else ""
+            raise InvalidRouteError(f"route of topic {topic!r}{where} gives broker {broker_name!r} {count} queues: "
+                                    f"at most {MAX_QUEUES_PER_BROKER}")
+    return route
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +127,7 @@ class NamesrvApi:
         response = await self.call(address, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout=timeout)
         if not response.body:
             raise MQResponseError(ResponseCode.TOPIC_NOT_EXIST, f"empty route body for topic {topic}", address)
-        return TopicRouteData.decode(response.body)
+        return checked_route(topic, TopicRouteData.decode(response.body), address)
 
     async def get_broker_cluster_info(self, address: str) -> ClusterInfo:
         response = await self.call(address, RequestCode.GET_BROKER_CLUSTER_INFO)

@@ -29,3 +29,8 @@ class MQResponseError(RemotingError):
         self.code = code
         self.remark = remark
         self.address = address
+
+
+class InvalidRouteError(RemotingError):
+    """A NameServer answered a route no client should use (a queue count past any real broker's):
+    any peer may register a broker, so a route is checked before anything is built from it."""

@@ -12,6 +12,7 @@ from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import RETRY, Change, HandlerContext, WriteHandler
 from namesrv.processor.header import RequestHeader
 from namesrv.processor.limits import topic_count_beyond
+from namesrv.processor.route_input import IllegalRoute, check_names, check_queues
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand, wire_string
 from namesrv.protocol.route import KVTable, RegisterBrokerResult
@@ -109,6 +110,12 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
     previous = ctx.routes.topic_entries(identity["cluster_name"], identity["broker_addr"], identity["broker_name"],
                                         identity["broker_id"]) if hints else None
     table, filter_servers = decode_registration(request.body, registration.compressed, request.version, previous)
+    try:  # the topic entries left out as unchanged were checked when they came
+        check_names(identity)
+        check_queues(table.topics.values(), ctx.config.max_queue_nums_per_topic)
+    except IllegalRoute as exc:
+        log.warning("REGISTER_BROKER of %s from %s refused: %s", identity["broker_addr"], channel, exc)
+        return request.make_response(ResponseCode.SYSTEM_ERROR, f"register broker failed: {exc}")
     if request.body is None and request.version >= Version.V3_0_11:
         filter_servers = []  # RocketMQ's empty RegisterBrokerBody has an empty (not null) filter-server list
     version = table.data_version

@@ -7,6 +7,7 @@ from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import Change, HandlerContext, WriteHandler
 from namesrv.processor.header import RequestHeader
+from namesrv.processor.route_input import IllegalRoute, check_queues
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.route import QueueData, TopicList, TopicRouteData
@@ -90,8 +91,12 @@ def _prepare_topic_registration(ctx: HandlerContext, request: RemotingCommand, c
     route = TopicRouteData.decode(request.body) if request.body else None
     if route is None or not route.queue_datas:
         return request.make_response(ResponseCode.SUCCESS)
-    return topic, [(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
-                   for q in route.queue_datas]
+    queues = [(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag) for q in route.queue_datas]
+    try:
+        check_queues([(topic, *fields[1:]) for fields in queues], ctx.config.max_queue_nums_per_topic)
+    except IllegalRoute as exc:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+    return topic, queues
 
 
 def _apply_topic_registration(ctx: HandlerContext, change: Change, channel: Channel) -> None:

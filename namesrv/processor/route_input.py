@@ -1,0 +1,59 @@
+"""What may enter the route table: topic names, queue counts, permissions and broker names.
+
+Anyone who reaches the port may register a broker (RocketMQ has no access control on
+REGISTER_BROKER), and everything registered is stored, answered to every client and logged. So
+a registration is checked before anything is applied, and refused whole with the rule it broke:
+
+* a topic name follows RocketMQ's TopicValidator (non-empty, at most 127 characters of
+  `%|a-zA-Z0-9_-`), the rule RocketMQ applies where topics are created;
+* a topic's read and write queue counts lie in [0, maxQueueNumsPerTopic] and its permission is
+  made of PermName's four bits (RocketMQ stores any int32; clients build an object per queue);
+* broker and cluster names and addresses, for which RocketMQ has no rule, are at most
+  MAX_NAME_LENGTH characters with no control character (they appear in logs and admin tables).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+#: RocketMQ's TopicValidator: TOPIC_MAX_LENGTH and the allowed characters.
+TOPIC_MAX_LENGTH = 127
+_TOPIC = re.compile(r"[%%|a-zA-Z0-9_-]{1,%d}" % TOPIC_MAX_LENGTH)
+#: PermName: PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT.
+PERM_BITS = 0b1111
+#: Broker and cluster names, broker and HA addresses.
+MAX_NAME_LENGTH = 255
+
+
+class IllegalRoute(ValueError):
+    """A registration breaks a rule of what may enter the route table; the message names it."""
+
+
+def check_names(identity: dict[str, Any]) -> None:
+    """A registration's broker identity (`RegistrationHeader.identity`)."""
+    for field, wire_name in (("cluster_name", "clusterName"), ("broker_name", "brokerName"),
+                             ("broker_addr", "brokerAddr"), ("ha_server_addr", "haServerAddr"),
+                             ("zone_name", "__ZONE_NAME")):
+        value = identity[field]
+        if value is not None and (len(value) > MAX_NAME_LENGTH or not value.isprintable()):
+            raise IllegalRoute(f"{wire_name} {value[:64]!r} is illegal: at most {MAX_NAME_LENGTH} characters, "
+                               "no control characters")
+
+
+def check_topic(topic: Any) -> None:
+    if type(topic) is not str or _TOPIC.fullmatch(topic) is None:
+        shown = topic[:64] if isinstance(topic, str) else topic
+        raise IllegalRoute(f"topic {shown!r} is illegal: allowing only ^[%|a-zA-Z0-9_-]+$ of at most "
+                           f"{TOPIC_MAX_LENGTH} characters")
+
+
+def check_queues(queues: Iterable[tuple[str, int, int, int, int]], max_queue_nums: int) -> None:
+    """(topic, readQueueNums, writeQueueNums, perm, topicSysFlag) of each topic declared."""
+    for topic, read, write, perm, _ in queues:
+        check_topic(topic)
+        if not (0 <= read <= max_queue_nums and 0 <= write <= max_queue_nums):
+            raise IllegalRoute(f"topic {topic!r} declares {read} read and {write} write queues: at most "
+                               f"{max_queue_nums} each (maxQueueNumsPerTopic)")
+        if perm & ~PERM_BITS:
+            raise IllegalRoute(f"topic {topic!r} has perm {perm}: only PermName's bits ({PERM_BITS}) are allowed")
