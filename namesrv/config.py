@@ -114,8 +114,10 @@ class NamesrvConfig:
     zmq_listen_address: str = _key("ZeroMQ ROUTER endpoint for msgpack-framed native peers; empty disables.",
                                    "tcp://0.0.0.0:9877")
     max_frame_length: int = _key("Largest frame accepted, length prefix included (RocketMQ: 16 MiB).", 16777216)
-    max_connection_output_bytes: int = _key("Unsent reply bytes one connection may hold before it is closed.",
-                                            64 * 1024 * 1024)
+    max_connection_output_bytes: int = _key(
+        "Unsent reply bytes one connection may hold, one reply aside, before it is closed (at the socket) as a peer "
+        "that does not read. A single reply is always sent whole, however large: a slow client reading a big "
+        "topic list gets all of it.", 64 * 1024 * 1024)
     max_connections: int = _key(
         "Most open connections per endpoint (TCP connections; ZeroMQ peers). One more is closed at once (a "
         "ZeroMQ peer cannot be closed: its messages are dropped unanswered) and logged; 0 = no limit.", 10000,

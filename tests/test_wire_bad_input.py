@@ -19,6 +19,7 @@ from namesrv.protocol import (
     ResponseCode,
     TopicConfig,
     TopicConfigSerializeWrapper,
+    TopicList,
 )
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH
 
@@ -143,6 +144,11 @@ def test_a_flood_of_connects_and_disconnects_leaves_memory_and_descriptors_bound
     assert namesrv.returncode is None
 
 
+def held_from(namesrv, port: int) -> list:
+    """The server's sockets connected to the local client port `port`."""
+    return [c for c in psutil.Process(namesrv.pid).net_connections("tcp") if c.raddr and c.raddr.port == port]
+
+
 def test_a_peer_that_never_reads_is_closed_and_stalls_no_one(namesrv_factory, raw_connect) -> None:
     namesrv = namesrv_factory(maxConnectionOutputBytes=1 << 20, serverSocketSndBufSize=16384)
     broker = raw_connect(namesrv.address)
@@ -168,7 +174,47 @@ def test_a_peer_that_never_reads_is_closed_and_stalls_no_one(namesrv_factory, ra
                 break  # its own receive side is full or it was closed: either way it has asked enough
         namesrv.wait_for_log(rf"closed tcp connection 127\.0\.0\.1:{sleeper_port}: \d+ unsent reply bytes exceed "
                              r"maxConnectionOutputBytes \(the peer does not read\)", timeout=10)
+        # Closed means closed at the socket, not only forgotten: the peer's pipe is full, so the
+        # server cannot queue ZeroMQ's close message; the socket itself must go, and its buffers.
+        deadline = time.monotonic() + 5
+        while held_from(namesrv, sleeper_port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not held_from(namesrv, sleeper_port), held_from(namesrv, sleeper_port)
     finally:
         sleeper.close()
     assert psutil.Process(namesrv.pid).memory_info().rss < 400 * 1024 * 1024
     assert_served(broker)
+
+
+def test_a_slow_reader_gets_a_reply_larger_than_the_output_budget_whole(namesrv_factory, raw_connect) -> None:
+    """maxConnectionOutputBytes guards against peers that do not read, not against large answers: a
+    client reading a topic list bigger than the budget, slowly, gets all of it and stays connected."""
+    namesrv = namesrv_factory(maxConnectionOutputBytes=256 * 1024, serverSocketSndBufSize=16384)
+    broker = raw_connect(namesrv.address)
+    topics = {f"SomeRatherLongTopicName{i:05d}": TopicConfig(f"SomeRatherLongTopicName{i:05d}", 4, 4)
+              for i in range(12000)}
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper(topics, DataVersion(1, 1, 0))).encode()
+    answer = broker.call(broker.request(RequestCode.REGISTER_BROKER, {
+        "brokerName": "b", "brokerAddr": "127.0.0.1:10911", "clusterName": "C", "haServerAddr": "", "brokerId": 0},
+        body))
+    assert answer.code == ResponseCode.SUCCESS
+
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    reader.connect(("127.0.0.1", namesrv.port))
+    try:
+        for opaque in (1, 2):  # twice: the connection stays usable after the first
+            reader.sendall(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+                                                   opaque=opaque).encode())
+            reader.settimeout(10)
+            data = b""
+            while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+                chunk = reader.recv(4096)
+                assert chunk, f"closed after {len(data)} bytes of the reply"
+                data += chunk
+                time.sleep(0.001)  # slower than the server writes
+            reply = RemotingCommand.decode(data[4:])
+            assert len(data) > 256 * 1024 and reply.code == ResponseCode.SUCCESS and reply.opaque == opaque
+            assert len(TopicList.decode(reply.body).topic_list) == 12000
+    finally:
+        reader.close()

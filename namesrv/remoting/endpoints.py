@@ -9,8 +9,11 @@ left for the executors. Both keep, per connection, a bounded backlog of replies 
 has not taken yet, and an LRU order of activity for the idle sweep.
 
 What one connection's unsent replies may hold: up to the send high-water mark of messages of at
-most MAX_MESSAGE_BYTES inside ZeroMQ, plus `max_backlog_bytes` queued here; past that the peer is
-not reading and its connection is closed. Each table holds at most `max_connections` peers; a
+most MAX_MESSAGE_BYTES inside ZeroMQ, plus `max_backlog_bytes` queued here and one reply more.
+A reply is always taken whole, however large (a client reading a big topic list gets all of it);
+a peer whose unsent replies, less one, pass `max_backlog_bytes` is not reading, and its
+connection is closed: at the socket, even when its pipe is too full to take ZeroMQ's close
+message (`abort_connection`). Each table holds at most `max_connections` peers; a
 newcomer beyond that is turned away at once (a TCP connection is closed, a ZeroMQ peer's message
 dropped), so a connection flood costs a bounded table, not memory without end.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import struct
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
@@ -41,8 +45,8 @@ REFUSED_LOG_PERIOD = 1.0
 MAX_MESSAGE_BYTES = 64 * 1024
 
 
-def peer_address(frame: zmq.Frame) -> str:
-    """"ip:port" of the connection a frame arrived on.
+def peer_of(frame: zmq.Frame) -> tuple[str, int | None]:
+    """("ip:port" of the connection a frame arrived on, its socket's descriptor in ZeroMQ).
 
     ZeroMQ's Peer-Address metadata carries the IP only; the port is read from the connection's
     own socket (the frame's source fd) while it is still open.
@@ -50,13 +54,30 @@ def peer_address(frame: zmq.Frame) -> str:
     try:
         ip = frame.get("Peer-Address")
     except zmq.ZMQError:
-        return ""
+        return "", None
     try:
-        with socket.socket(fileno=os.dup(frame.get(zmq.SRCFD))) as sock:
+        fd = frame.get(zmq.SRCFD)
+        with socket.socket(fileno=os.dup(fd)) as sock:
             peer = sock.getpeername()
     except (OSError, zmq.ZMQError):
-        return ip
-    return f"{ip}:{peer[1]}" if isinstance(peer, tuple) else ip  # an ipc peer has no port
+        return ip, None
+    return (f"{ip}:{peer[1]}" if isinstance(peer, tuple) else ip), fd  # an ipc peer has no port
+
+
+def abort_connection(fd: int, peer: str) -> bool:
+    """Reset the TCP connection on ZeroMQ's descriptor `fd` if it is still the one to `peer`: its
+    buffers are freed and ZeroMQ, seeing it fail, drops it. For a peer whose pipe is too full to take
+    ZeroMQ's own close message. The check matters: a closed connection's descriptor number is reused."""
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            host, port = sock.getpeername()[:2]
+            if f"{host}:{port}" != peer:
+                return False
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
 
 
 def _peer(conn: Connection) -> str:
@@ -64,13 +85,14 @@ def _peer(conn: Connection) -> str:
 
 
 class Connection:
-    """One peer: its Channel, frame decoder (TCP only), last activity, and unsent replies."""
+    """One peer: its Channel, frame decoder and socket descriptor (TCP only), last activity, and unsent replies."""
 
-    __slots__ = ("channel", "decoder", "last_active", "backlog", "backlog_bytes")
+    __slots__ = ("channel", "decoder", "fd", "last_active", "backlog", "backlog_bytes")
 
-    def __init__(self, channel: Channel, decoder: FrameDecoder | None, now: float) -> None:
+    def __init__(self, channel: Channel, decoder: FrameDecoder | None, now: float, fd: int | None = None) -> None:
         self.channel = channel
         self.decoder = decoder
+        self.fd = fd
         self.last_active = now
         self.backlog: deque[tuple[object, int]] = deque()
         self.backlog_bytes = 0
@@ -112,7 +134,8 @@ class Endpoint:
         """Send without blocking; zmq.Again when the peer's pipe is full."""
         raise NotImplementedError
 
-    def _disconnect(self, ident: bytes) -> None:
+    def _disconnect(self, ident: bytes, conn: Connection | None = None) -> None:
+        """Close the peer `ident` (`conn`, once it had a table entry)."""
         raise NotImplementedError
 
     # ---- shared
@@ -153,7 +176,7 @@ class Endpoint:
                 return
         conn.backlog.extend(messages)
         conn.backlog_bytes += sum(size for _, size in messages)
-        if conn.backlog_bytes > self._max_backlog_bytes:
+        if conn.backlog_bytes - max(map(len, payloads)) > self._max_backlog_bytes:
             self.close(conn, f"{conn.backlog_bytes} unsent reply bytes exceed maxConnectionOutputBytes "
                              "(the peer does not read)", logging.WARNING)
         else:
@@ -189,7 +212,7 @@ class Endpoint:
     def close(self, conn: Connection, reason: str, level: int = logging.INFO) -> None:
         """Close one connection from our side and report its Channel as destroyed."""
         self._forget(conn)
-        self._disconnect(conn.channel.ident)
+        self._disconnect(conn.channel.ident, conn)
         log.log(level, "closed %s connection %s: %s", self.transport, _peer(conn), reason)
         self._on_closed(conn.channel)
 
@@ -258,11 +281,12 @@ class StreamEndpoint(Endpoint):
         return conn.decoder.feed(message)
 
     def _accept(self, ident: bytes, frame: zmq.Frame, now: float) -> None:
-        channel = Channel(self.transport, ident, peer_address(frame))
+        peer, fd = peer_of(frame)
+        channel = Channel(self.transport, ident, peer)
         if self._refuse_newcomer(channel.remote_addr, now):
             self._disconnect(ident)
             return
-        self.connections[ident] = Connection(channel, FrameDecoder(self._max_frame_length), now)
+        self.connections[ident] = Connection(channel, FrameDecoder(self._max_frame_length), now, fd)
         log.debug("tcp connection from %s", channel.remote_addr or "a peer already gone")
 
     def _pack(self, payloads: list[bytes]) -> list[tuple[object, int]]:
@@ -279,11 +303,16 @@ class StreamEndpoint(Endpoint):
         self.socket.send(ident, zmq.SNDMORE | zmq.NOBLOCK)
         self.socket.send(message, zmq.NOBLOCK, copy=False)
 
-    def _disconnect(self, ident: bytes) -> None:
+    def _disconnect(self, ident: bytes, conn: Connection | None = None) -> None:
         try:  # a routing id followed by an empty frame closes the TCP connection
             self.socket.send_multipart((ident, b""), zmq.NOBLOCK)
+            return
+        except zmq.Again:
+            pass  # the peer's pipe is full (it does not read): the close cannot be queued behind it
         except zmq.ZMQError:
-            pass  # already gone
+            return  # already gone
+        if conn is not None and conn.fd is not None and abort_connection(conn.fd, conn.channel.remote_addr):
+            log.debug("reset tcp connection %s: its pipe was full", _peer(conn))
 
 
 class RouterEndpoint(Endpoint):
@@ -315,7 +344,7 @@ class RouterEndpoint(Endpoint):
         return [part.bytes for part in message[1:]]
 
     def _accept(self, ident: bytes, frame: zmq.Frame, now: float) -> Connection | None:
-        channel = Channel(self.transport, ident, peer_address(frame))
+        channel = Channel(self.transport, ident, peer_of(frame)[0])
         if self._refuse_newcomer(channel.remote_addr, now):
             return None
         conn = Connection(channel, None, now)
@@ -339,5 +368,5 @@ class RouterEndpoint(Endpoint):
     def _transmit(self, ident: bytes, message: list[bytes]) -> None:
         self.socket.send_multipart([ident, *message], zmq.NOBLOCK)
 
-    def _disconnect(self, ident: bytes) -> None:
+    def _disconnect(self, ident: bytes, conn: Connection | None = None) -> None:
         """A ROUTER cannot drop one DEALER: the peer is forgotten and its next message starts anew."""
