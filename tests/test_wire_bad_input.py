@@ -144,6 +144,19 @@ def test_a_flood_of_connects_and_disconnects_leaves_memory_and_descriptors_bound
     assert namesrv.returncode is None
 
 
+def register_topics(namesrv, raw_connect, count: int):
+    """A broker of `count` topics of 28-character names (a topic list of ~33 bytes a topic); its connection."""
+    broker = raw_connect(namesrv.address)
+    topics = {f"SomeRatherLongTopicName{i:05d}": TopicConfig(f"SomeRatherLongTopicName{i:05d}", 4, 4)
+              for i in range(count)}
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper(topics, DataVersion(1, 1, 0))).encode()
+    answer = broker.call(broker.request(RequestCode.REGISTER_BROKER, {
+        "brokerName": "b", "brokerAddr": "127.0.0.1:10911", "clusterName": "C", "haServerAddr": "", "brokerId": 0},
+        body))
+    assert answer.code == ResponseCode.SUCCESS
+    return broker
+
+
 def held_from(namesrv, port: int) -> list:
     """The server's sockets connected to the local client port `port`."""
     return [c for c in psutil.Process(namesrv.pid).net_connections("tcp") if c.raddr and c.raddr.port == port]
@@ -151,14 +164,7 @@ def held_from(namesrv, port: int) -> list:
 
 def test_a_peer_that_never_reads_is_closed_and_stalls_no_one(namesrv_factory, raw_connect) -> None:
     namesrv = namesrv_factory(maxConnectionOutputBytes=1 << 20, serverSocketSndBufSize=16384)
-    broker = raw_connect(namesrv.address)
-    topics = {f"SomeRatherLongTopicName{i:05d}": TopicConfig(f"SomeRatherLongTopicName{i:05d}", 4, 4)
-              for i in range(2000)}
-    body = RegisterBrokerBody(TopicConfigSerializeWrapper(topics, DataVersion(1, 1, 0))).encode()
-    answer = broker.call(broker.request(RequestCode.REGISTER_BROKER, {
-        "brokerName": "b", "brokerAddr": "127.0.0.1:10911", "clusterName": "C", "haServerAddr": "", "brokerId": 0},
-        body))
-    assert answer.code == ResponseCode.SUCCESS
+    broker = register_topics(namesrv, raw_connect, 2000)
 
     sleeper = socket.socket()
     sleeper.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -190,14 +196,7 @@ def test_a_slow_reader_gets_a_reply_larger_than_the_output_budget_whole(namesrv_
     """maxConnectionOutputBytes guards against peers that do not read, not against large answers: a
     client reading a topic list bigger than the budget, slowly, gets all of it and stays connected."""
     namesrv = namesrv_factory(maxConnectionOutputBytes=256 * 1024, serverSocketSndBufSize=16384)
-    broker = raw_connect(namesrv.address)
-    topics = {f"SomeRatherLongTopicName{i:05d}": TopicConfig(f"SomeRatherLongTopicName{i:05d}", 4, 4)
-              for i in range(12000)}
-    body = RegisterBrokerBody(TopicConfigSerializeWrapper(topics, DataVersion(1, 1, 0))).encode()
-    answer = broker.call(broker.request(RequestCode.REGISTER_BROKER, {
-        "brokerName": "b", "brokerAddr": "127.0.0.1:10911", "clusterName": "C", "haServerAddr": "", "brokerId": 0},
-        body))
-    assert answer.code == ResponseCode.SUCCESS
+    register_topics(namesrv, raw_connect, 12000)
 
     reader = socket.socket()
     reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
