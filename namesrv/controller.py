@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from namesrv.config import ConfigError, NamesrvConfig
+from namesrv.descriptors import fit_descriptor_limit
 from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
 from namesrv.processor import WRITE_CODES, RequestProcessor
@@ -109,6 +110,7 @@ class NamesrvController:
     def __init__(self, config: NamesrvConfig, worker: WorkerRole | None = None,
                  on_lost_sync: Callable[[str], None] | None = None) -> None:
         validate(config)
+        self._descriptor_warning = fit_descriptor_limit(config)
         self.config = config
         self.outbox = Outbox()
         self.kv = KVConfigManager(config.kv_config_path)
@@ -164,6 +166,8 @@ class NamesrvController:
         self.dispatcher.start()
         self.reactor.start()
         self._tasks.start()
+        if self._descriptor_warning is not None:
+            log.warning("%s", self._descriptor_warning)
         if self.bus is None:
             log.info("The Name Server boot success. serializeType=JSON, address %s, zmq %s",
                      self.reactor.tcp_address, self.reactor.zmq_address or "disabled")
