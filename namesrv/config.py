@@ -111,8 +111,10 @@ class NamesrvConfig:
                                               "(writeBufferHighWaterMark)", 0)
     server_socket_backlog: int = _key("Listen backlog.", 1024)
     # --- namesrv's own ---
-    zmq_listen_address: str = _key("ZeroMQ ROUTER endpoint for msgpack-framed native peers; empty disables.",
-                                   "tcp://0.0.0.0:9877")
+    zmq_listen_address: str = _key(
+        "ZeroMQ ROUTER endpoint for msgpack-framed native peers; empty disables. Loopback by default: without "
+        "CURVE (zmqCurveSecretKeyFile) it authenticates no one, so a default install does not offer it to the "
+        "network; bound to other interfaces without CURVE, the server says so at start.", "tcp://127.0.0.1:9877")
     max_frame_length: int = _key("Largest frame accepted, length prefix included (RocketMQ: 16 MiB).", 16777216)
     max_connection_output_bytes: int = _key(
         "Unsent reply bytes one connection may hold, one reply aside, before it is closed (at the socket) as a peer "

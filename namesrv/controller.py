@@ -25,7 +25,7 @@ from namesrv.memory import heap_trimmer
 from namesrv.processor import WRITE_CODES, RequestProcessor
 from namesrv.processor.requests import POOL_OF
 from namesrv.remoting import BindError, Outbox, Reactor, RequestDispatcher
-from namesrv.remoting.reactor import tcp_endpoint
+from namesrv.remoting.reactor import exposed_without_curve, tcp_endpoint
 from namesrv.routeinfo import RouteInfoManager, now_ms
 from namesrv.writelog.log import MAX_WORKERS
 from namesrv.writelog.ports import listening_fd, zmq_tcp_address
@@ -168,6 +168,10 @@ class NamesrvController:
         self._tasks.start()
         if self._descriptor_warning is not None:
             log.warning("%s", self._descriptor_warning)
+        zmq_address = self.reactor.zmq_address
+        if zmq_address is not None and not self.reactor.zmq_authenticated and exposed_without_curve(zmq_address):
+            log.warning("the ZeroMQ endpoint %s accepts unauthenticated peers from the network: set "
+                        "zmqCurveSecretKeyFile and zmqCurveAllowedClientsDir, or bind it to 127.0.0.1", zmq_address)
         if self.bus is None:
             log.info("The Name Server boot success. serializeType=JSON, address %s, zmq %s",
                      self.reactor.tcp_address, self.reactor.zmq_address or "disabled")
