@@ -25,7 +25,8 @@ from namesrv.memory import heap_trimmer
 from namesrv.processor import WRITE_CODES, RequestProcessor
 from namesrv.processor.requests import POOL_OF
 from namesrv.remoting import BindError, Outbox, Reactor, RequestDispatcher
-from namesrv.remoting.reactor import exposed_without_curve, tcp_endpoint
+from namesrv.remoting.curve import exposed_without_curve
+from namesrv.remoting.reactor import tcp_endpoint
 from namesrv.routeinfo import RouteInfoManager, now_ms
 from namesrv.writelog.log import MAX_WORKERS
 from namesrv.writelog.ports import listening_fd, zmq_tcp_address

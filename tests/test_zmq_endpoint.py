@@ -142,7 +142,7 @@ def test_an_empty_zmq_listen_address_disables_the_endpoint(namesrv_factory, raw_
 
 def test_the_zmq_endpoint_is_loopback_by_default_and_an_exposed_one_without_curve_is_warned_of(namesrv_factory):
     from namesrv.config import NamesrvConfig
-    from namesrv.remoting.reactor import exposed_without_curve
+    from namesrv.remoting.curve import exposed_without_curve
     assert not exposed_without_curve(NamesrvConfig().zmq_listen_address)
     exposed = namesrv_factory(zmqListenAddress="tcp://0.0.0.0:*")
     exposed.wait_for_log(r"the ZeroMQ endpoint tcp://0\.0\.0\.0:\d+ accepts unauthenticated peers from the network")

@@ -9,6 +9,7 @@ nothing back (libzmq drops the handshake) and is logged, at most once a second.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import time
 from pathlib import Path
@@ -94,3 +95,17 @@ class CurveServer:
 
     def stop(self) -> None:
         self._authenticator.stop()
+
+
+def exposed_without_curve(endpoint: str) -> bool:
+    """Is a ZeroMQ endpoint without CURVE reachable from other machines: tcp on an address that
+    is not loopback (0.0.0.0 and :: are every interface)? ipc and inproc are local."""
+    if not endpoint.startswith("tcp://"):
+        return False
+    host = endpoint[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True  # an interface name or a host name: assume it is reachable

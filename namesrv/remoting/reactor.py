@@ -8,7 +8,6 @@ on a peer or on a worker.
 """
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 import time
@@ -251,20 +250,6 @@ class Reactor:
     def _close_sockets(self, linger_ms: int) -> None:
         for endpoint in self._endpoints.values():
             endpoint.socket.close(linger_ms)
-
-
-def exposed_without_curve(endpoint: str) -> bool:
-    """Is a ZeroMQ endpoint without CURVE reachable from other machines: tcp on an address that
-    is not loopback (0.0.0.0 and :: are every interface)? ipc and inproc are local."""
-    if not endpoint.startswith("tcp://"):
-        return False
-    host = endpoint[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return False
-    try:
-        return not ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return True  # an interface name or a host name: assume it is reachable
 
 
 def _bound(sock: zmq.Socket) -> str:
