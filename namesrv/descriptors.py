@@ -12,6 +12,7 @@ refused at once by the endpoint (namesrv.remoting.endpoints), before descriptors
 from __future__ import annotations
 
 import logging
+import math
 import resource
 
 from namesrv.config import NamesrvConfig
@@ -28,26 +29,21 @@ def fit_descriptor_limit(config: NamesrvConfig) -> str | None:
     (0 = unlimited included) to what the limit then fits. Returns what to warn of once serving
     (before that, a start that fails must stay one line), or None."""
     endpoints = 2 if config.zmq_listen_address else 1
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if config.max_connections:
-        wanted = config.max_connections * endpoints + RESERVED
-    else:
-        wanted = hard
-    if soft != resource.RLIM_INFINITY and (wanted == resource.RLIM_INFINITY or wanted > soft):
-        target = hard if wanted == resource.RLIM_INFINITY or (hard != resource.RLIM_INFINITY and wanted > hard) \
-            else wanted
-        if target != resource.RLIM_INFINITY:
-            try:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-                soft = target
-            except (ValueError, OSError) as exc:
-                log.warning("could not raise the descriptor limit from %d to %d: %s", soft, target, exc)
-    if soft == resource.RLIM_INFINITY:
+    soft, hard = (math.inf if limit == resource.RLIM_INFINITY else limit
+                  for limit in resource.getrlimit(resource.RLIMIT_NOFILE))
+    target = min(config.max_connections * endpoints + RESERVED if config.max_connections else math.inf, hard)
+    if soft < target < math.inf:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, resource.RLIM_INFINITY if hard == math.inf else hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the descriptor limit from %d to %d: %s", soft, target, exc)
+    if soft == math.inf:
         return None
     fits = max(1, (soft - RESERVED) // endpoints)
     if config.max_connections and config.max_connections <= fits:
         return None
-    clamped = (f"the descriptor limit ({soft}, hard {'unlimited' if hard == resource.RLIM_INFINITY else hard}) "
+    clamped = (f"the descriptor limit ({soft}, hard {'unlimited' if hard == math.inf else hard}) "
                f"fits {fits} connections per endpoint beside {RESERVED} reserved: maxConnections "
                f"{config.max_connections} clamped to {fits} (raise the hard limit, e.g. ulimit -Hn, to allow more)")
     config.max_connections = fits

@@ -31,14 +31,21 @@ from namesrv.protocol.topic import DataVersion
 MAX_QUEUES_PER_BROKER = 1024
 
 
-def checked_route(topic: str, route: TopicRouteData, address: str = "") -> TopicRouteData:
-    """`route`, or InvalidRouteError naming the queue count past MAX_QUEUES_PER_BROKER."""
-    counts = [(q.broker_name, n) for q in route.queue_datas for n in (q.read_queue_nums, q.write_queue_nums)]
-    for entry in (route.order_topic_conf or "").split(";"):
+def order_topic_counts(order_topic_conf: str | None) -> list[tuple[str, int]]:
+    """(brokerName, queue count) of each `broker:count` entry of a route's orderTopicConf whose count
+    is digits (the KV value an operator sets: "broker-a:4;broker-b:4")."""
+    counts = []
+    for entry in (order_topic_conf or "").split(";"):
         broker_name, _, count = entry.partition(":")
         if count.strip().isdigit():
             counts.append((broker_name, int(count)))
-    for broker_name, count in counts:
+    return counts
+
+
+def checked_route(topic: str, route: TopicRouteData, address: str = "") -> TopicRouteData:
+    """`route`, or InvalidRouteError naming the queue count past MAX_QUEUES_PER_BROKER."""
+    counts = [(q.broker_name, n) for q in route.queue_datas for n in (q.read_queue_nums, q.write_queue_nums)]
+    for broker_name, count in counts + order_topic_counts(route.order_topic_conf):
         if not 0 <= count <= MAX_QUEUES_PER_BROKER:
             where = f" from {address}" if address else ""
             raise InvalidRouteError(f"route of topic {topic!r}{where} gives broker {broker_name!r} {count} queues: "

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
+from namesrv.client.api import order_topic_counts
 from namesrv.client.errors import MQResponseError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from namesrv.client.remoting import AsyncRemotingClient
 from namesrv.client.sync import LoopThread, SyncFacade, mirror
@@ -77,12 +78,8 @@ def publish_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
     """The queues a producer may send to: from orderTopicConf when set, else every writable queue of
     brokers that have a master, brokers in name order."""
     if route.order_topic_conf:
-        queues = []
-        for entry in route.order_topic_conf.split(";"):
-            broker_name, _, count = entry.partition(":")
-            if broker_name and count.strip().isdigit():
-                queues.extend(MessageQueue(topic, broker_name, i) for i in range(int(count)))
-        return queues
+        return [MessageQueue(topic, broker_name, i) for broker_name, count in order_topic_counts(route.order_topic_conf)
+                if broker_name for i in range(count)]
     with_master = {broker.broker_name for broker in route.broker_datas if broker.master_addr()}
     queues = []
     for queue_data in sorted(route.queue_datas, key=lambda q: q.broker_name):

@@ -10,13 +10,14 @@ and every case those paths do not own, takes the regular path through the execut
 
 A broker's registration header also differs from its last one whenever its body does: in the
 bodyCrc32 value only. Such a JSON header is not parsed again but rebound (`crc_free`,
-`InlineAnswers.shapes`), once parsing has shown that those digits are where its bodyCrc32 is read from.
+`HeaderReader.shapes`), once parsing has shown that those digits are where its bodyCrc32 is read from.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 from namesrv import fastpath
+from namesrv.caches import BoundedMemo
 from namesrv.channel import Channel
 from namesrv.processor.broker_handlers import RegistrationHeader
 from namesrv.processor.context import HandlerContext
@@ -26,7 +27,6 @@ from namesrv.processor.requests import BY_CODE
 from namesrv.processor.requests import Inline as RequestInline
 from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, route_query_of
 from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, JSON_FIELD, SeenHeaders
-from namesrv.caches import BoundedMemo
 from namesrv.protocol.codes import INT32_MAX
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError

@@ -2,8 +2,9 @@
 
 A row says everything the server needs to know about a code: its handler, the executor that runs
 it, whether it changes state (its handler is then a `WriteHandler`, prepared where it arrives and
-applied in every worker process in their one total order), whether `AdminGuard` may restrict it, whether Java's answer has a typed response
-header (then extFields is always present), and whether the reactor may answer it itself. The
+applied in every worker process in their one total order), whether `AdminGuard` may restrict it,
+whether Java's answer has a typed response header (then extFields is always present), and
+whether the reactor may answer it itself. The
 sets the rest of the server uses (write codes, admin codes, codes per executor) are derived
 here, never kept by hand. A code missing from the table goes to the public executor and is
 answered REQUEST_CODE_NOT_SUPPORTED.

@@ -3,8 +3,7 @@
 A RocketMQ TCP connection carries remoting frames (namesrv.protocol.command); a ZeroMQ peer one
 msgpack command per ZeroMQ frame (namesrv.protocol.msgpack_codec). The reactor's endpoints split
 their input into frames and hand them to a `Decode` (`decode_all`, or the inline answers of namesrv.processor.inline on
-TCP); replies are encoded by `encode_reply`, and a write forwarded to the write log by
-`encode_request_frame` and read back by `decode_frame`.
+TCP); replies are encoded by `encode_reply`.
 """
 from __future__ import annotations
 
@@ -37,7 +36,3 @@ def encode_reply(channel: Channel, response: RemotingCommand) -> bytes:
     """A response as its connection's transport carries it."""
     return encode_msgpack(response) if channel.transport == ZMQ_TRANSPORT else response.encode()
 
-
-def encode_request_frame(channel: Channel, request: RemotingCommand) -> bytes:
-    """A request as one frame of its connection's transport: what `decode_frame` reads."""
-    return encode_msgpack(request) if channel.transport == ZMQ_TRANSPORT else request.encode()[4:]

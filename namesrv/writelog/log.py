@@ -7,8 +7,9 @@ worker that took the request answers it once it has applied it. So every worker 
 writes in the same order and stamps the same liveness times: they cannot drift apart.
 
 Kinds of entry: a write (`WRITE`: its request code and the `Change` its handler's `prepare` made
-of it where it arrived, so that every worker only applies it), the close of a connection that carried one (`CLOSE`), and a broker found expired by some worker's
-scan (`EXPIRE`, applied only if the broker was not refreshed since). A `TICK` repeats the last
+of it where it arrived, so that every worker only applies it), the close of a connection that
+carried one (`CLOSE`), and a broker found expired by some worker's scan (`EXPIRE`, applied only
+if the broker was not refreshed since). A `TICK` repeats the last
 sequence number, so a subscriber notices a lost entry within a tick even when no write follows.
 Messages are msgpack arrays; they only ever travel between one server's own processes.
 """
