@@ -120,6 +120,12 @@ class NamesrvConfig:
         "Unsent reply bytes one connection may hold, one reply aside, before it is closed (at the socket) as a peer "
         "that does not read. A single reply is always sent whole, however large: a slow client reading a big "
         "topic list gets all of it.", 64 * 1024 * 1024)
+    max_in_flight_request_bytes: int = _key(
+        "Request bytes one server process may hold before answering them: frames still arriving plus "
+        "requests queued for or running in the executors (counted at their frame size). Past it a complete "
+        "request is answered SYSTEM_BUSY (a oneway one dropped), after the connections whose incomplete frame "
+        "started longest ago are closed to make room. Never below maxFrameLength. Like Kafka's "
+        "queued.max.request.bytes; RocketMQ has no such bound.", 256 * 1024 * 1024, locked=True)
     max_connections: int = _key(
         "Most open connections per endpoint (TCP connections; ZeroMQ peers). One more is closed at once (a "
         "ZeroMQ peer cannot be closed: its messages are dropped unanswered) and logged; 0 = no limit.", 10000,
@@ -160,6 +166,15 @@ class NamesrvConfig:
         "decoded (a 16 MiB body of empty topics costs seconds of CPU and hundreds of MiB to decode). "
         "0 = no limit (RocketMQ). The default is far above real brokers (RocketMQ #4245: 10,000 topics each).",
         200000, locked=True)
+    max_brokers: int = _key(
+        "Most brokers (addresses, slaves included) the route table holds; a registration of one more is refused "
+        "with SYSTEM_ERROR naming the limit and changes nothing. RocketMQ has no bound: any peer may register "
+        "any number of made-up brokers.", 4096, locked=True)
+    max_queue_datas: int = _key(
+        "Most topic queue entries the route table holds: one per topic per broker group (a topic on three groups "
+        "counts three), the unit its memory grows by (300-500 bytes each, by name length). A registration "
+        "(REGISTER_BROKER, REGISTER_TOPIC_IN_NAMESRV) that would add more is refused with SYSTEM_ERROR naming "
+        "the limit and changes nothing. RocketMQ has no bound.", 1000000, locked=True)
     # --- namesrv's own: processes ---
     server_worker_processes: int = _key(
         "Processes serving connections in parallel (1-255). Above 1 the command starts a supervisor and this "

@@ -24,7 +24,7 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
 from namesrv.processor import WRITE_CODES, RequestProcessor
 from namesrv.processor.requests import POOL_OF
-from namesrv.remoting import BindError, Outbox, Reactor, RequestDispatcher
+from namesrv.remoting import BindError, Outbox, Reactor, RequestBudget, RequestDispatcher
 from namesrv.remoting.curve import exposed_without_curve
 from namesrv.remoting.reactor import tcp_endpoint
 from namesrv.routeinfo import RouteInfoManager, now_ms
@@ -113,7 +113,8 @@ class NamesrvController:
         validate(config)
         self._descriptor_warning = fit_descriptor_limit(config)
         self.config = config
-        self.outbox = Outbox()
+        self.budget = RequestBudget.from_config(config)
+        self.outbox = Outbox(self.budget)
         self.kv = KVConfigManager(config.kv_config_path)
         self.bus = None
         if worker is None:
@@ -129,7 +130,7 @@ class NamesrvController:
                                           inline_writes=self.bus is None)
         self.dispatcher = RequestDispatcher(config, self.processor, self.outbox, pool_of=POOL_OF,
                                             forward_write=None if self.bus is None else self.bus.forward,
-                                            write_codes=WRITE_CODES)
+                                            write_codes=WRITE_CODES, budget=self.budget)
         self.reactor = Reactor(config, self.dispatcher, self.outbox,
                                self.routes.on_channel_destroy if self.bus is None else self.bus.propose_close,
                                selector_threads(config, 1 if worker is None else worker.workers),
@@ -217,6 +218,7 @@ class NamesrvController:
             log.warning("requests still running after %.0f s; their replies are lost", DRAIN_SECONDS)
         if self.bus is not None and not self.bus.drain(DRAIN_SECONDS):
             log.warning("writes still outside the write log after %.0f s; they are not answered", DRAIN_SECONDS)
+        self.budget.close()
         self.reactor.stop(FLUSH_SECONDS)
         if self.bus is not None:
             self.bus.stop()

@@ -43,7 +43,10 @@ class NamesrvProcess:
 
     def __init__(self, overrides: Mapping[str, object] | None = None, *, workdir: str | Path | None = None,
                  config_file: str | Path | None = None, log_config: str | Path | None = None,
-                 startup_timeout: float = 20.0) -> None:
+                 startup_timeout: float = 20.0, source_root: str | Path | None = None) -> None:
+        """`source_root`: the checkout whose `namesrv` package runs (default: this one), say an
+        older commit's worktree for a before-and-after measurement."""
+        self._source_root = str(source_root or _SOURCE_ROOT)
         self._owns_workdir = workdir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="namesrv-") if workdir is None else workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -71,7 +74,7 @@ class NamesrvProcess:
     def start(self) -> NamesrvProcess:
         """Start the server and return once it serves (NamesrvStartError if it does not)."""
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (_SOURCE_ROOT, env.get("PYTHONPATH"))))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (self._source_root, env.get("PYTHONPATH"))))
         with open(self.log_path, "wb") as log_file:
             self._process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log_file,
                                              stderr=subprocess.STDOUT, cwd=self.workdir, env=env)

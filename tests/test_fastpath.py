@@ -586,3 +586,11 @@ def test_entry_digest_is_xxh64(data):
     if _fastpath is not None:
         assert _fastpath.entry_digest(data) == expected
         assert _fastpath.entry_digest(memoryview(data)) == expected
+
+
+@needs_extension
+@settings(max_examples=300)
+@given(st.binary(max_size=5000) | st.text(alphabet="[]{}\"a,:", max_size=5000).map(str.encode))
+def test_container_counts_agree_between_the_twins(data):
+    assert _fastpath.count_containers(data) == pure.count_containers(data) == data.count(b"[") + data.count(b"{")
+    assert _fastpath.count_containers(bytearray(data)) == pure.count_containers(data)

@@ -6,6 +6,7 @@ limit). The default-limit frame edge and the never-reading peer's effect on othe
 tests/test_wire_bad_input.py."""
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
+from namesrv.client.zmq_connection import ZmqRemotingConnection
 from namesrv.protocol import RemotingCommand, RequestCode, ResponseCode
 from namesrv.protocol.msgpack_codec import decode_msgpack, encode_msgpack
 
@@ -125,18 +127,57 @@ def sized_msgpack_put(total: int) -> bytes:
     return frame
 
 
-def test_a_zmq_frame_of_exactly_max_frame_length_is_served_and_one_byte_more_is_dropped(namesrv_factory,
-                                                                                         context) -> None:
+@pytest.mark.parametrize("served_sizes, dropped_sizes", [([4096], [4097]), ([2048, 2048], [2048, 2049])],
+                         ids=["one frame", "a message of two"])
+def test_a_zmq_message_of_exactly_max_frame_length_is_served_and_one_byte_more_is_dropped(
+        namesrv_factory, context, served_sizes, dropped_sizes) -> None:
+    """A frame past the limit: libzmq drops the connection (ZMQ_MAXMSGSIZE); frames under it that
+    pass it together: the server drops the message and resets the connection."""
     namesrv = namesrv_factory(maxFrameLength=4096)
     sock = context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(namesrv.zmq_address)
-    sock.send(sized_msgpack_put(4096))
-    assert sock.poll(5000) and decode_msgpack(sock.recv()).code == ResponseCode.SUCCESS
-    sock.send(sized_msgpack_put(4097))  # libzmq drops the peer's connection; the DEALER reconnects
+    sock.send_multipart([sized_msgpack_put(size) for size in served_sizes])
+    assert sock.poll(5000)
+    assert [decode_msgpack(frame).code for frame in sock.recv_multipart()] == [ResponseCode.SUCCESS] * len(served_sizes)
+    sock.send_multipart([sized_msgpack_put(size) for size in dropped_sizes])
     assert not sock.poll(1000)
-    sock.send(sized_msgpack_put(4096))
+    if len(dropped_sizes) > 1:
+        namesrv.wait_for_log(r"a message of 4097 bytes, more than maxFrameLength \(4096\) in all its frames")
+    sock.send(sized_msgpack_put(4096))  # the DEALER reconnected
     assert sock.poll(5000) and decode_msgpack(sock.recv()).code == ResponseCode.SUCCESS
+
+
+def invoke_over_zmq(address: str, requests: list[RemotingCommand], timeout: float) -> list[RemotingCommand]:
+    """`requests` written in one loop turn on one ZeroMQ connection of the project's client."""
+    async def scenario() -> list[RemotingCommand]:
+        connection = await ZmqRemotingConnection.open(address)
+        try:
+            return await connection.invoke_many(requests, timeout=timeout)
+        finally:
+            connection.close()
+    return asyncio.run(scenario())
+
+
+def kv_puts(count: int, value_length: int, keys: int) -> list[RemotingCommand]:
+    return [RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {"namespace": "N", "key": f"k{i % keys}",
+                                                                "value": "v" * value_length}, opaque=i + 1)
+            for i in range(count)]
+
+
+def test_the_client_sends_commands_in_zmq_messages_within_the_servers_limit(namesrv_factory) -> None:
+    namesrv = namesrv_factory(maxFrameLength=2 << 20)
+    responses = invoke_over_zmq(namesrv.zmq_address, kv_puts(6, 700_000, 6), 10)  # 4.2 MB: too much for one message
+    assert [response.code for response in responses] == [ResponseCode.SUCCESS] * 6
+
+
+def test_a_zmq_client_streaming_many_large_commands_is_never_taken_for_one_holding_bytes_back(namesrv_factory) -> None:
+    """The intake watch allows for ZeroMQ's framing: 2,000 commands of 60 KB (120 MB) pipelined on
+    one connection are all answered and nothing is reset."""
+    namesrv = namesrv_factory()
+    codes = {response.code for response in invoke_over_zmq(namesrv.zmq_address, kv_puts(2000, 60_000, 10), 60)}
+    assert codes <= {ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY} and ResponseCode.SUCCESS in codes
+    assert "reset zmq connection" not in namesrv.log_text()
 
 
 OUTPUT_LIMIT = 1 << 20

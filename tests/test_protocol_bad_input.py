@@ -4,6 +4,7 @@ of RemotingCommand.decode and of every body decoder over random and mutated vali
 from __future__ import annotations
 
 import struct
+import tracemalloc
 import zlib
 
 import orjson
@@ -176,14 +177,50 @@ def test_truncated_zlib_stream_with_a_truncated_layout():
 
 def test_zlib_bomb_is_cut_off_at_the_inflate_limit(monkeypatch):
     monkeypatch.setattr(topic, "MAX_INFLATED_BODY", 1 << 20)
-    bomb = zlib.compress(DV + int32(0) + blob(b"[]") + int32(0) + bytes(4 << 20), 9)
-    assert len(bomb) < 8 << 10
-    with pytest.raises(ProtocolError, match="inflates past 1048576 bytes"):
+    attributes = b'{"a":"' + b"x" * 60_000 + b'"}'
+    parts = [blob(b"T%d 4 4 6 SINGLE_TAG 0 false " % i + attributes) for i in range(40)]
+    bomb = zlib.compress(DV + int32(40) + b"".join(parts) + blob(b"[]"), 9)
+    assert len(bomb) < 64 << 10
+    with pytest.raises(ProtocolError, match=r"inflates past 1048576 bytes \(at TopicConfig\)"):
         RegisterBrokerBody.decode(bomb, compressed=True)
 
 
+def _peak_bytes_of(decode) -> int:
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProtocolError) as refused:
+            decode()
+        return tracemalloc.get_traced_memory()[1], str(refused.value)
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_part_declaring_more_than_its_bound_is_refused_before_it_is_inflated():
+    """Issue 15's bomb: 240 KiB inflating to 250 MiB of `[[],[],...]` as the filterServerList
+    (before: 7 GiB and 35 s to refuse)."""
+    junk = b"[" + b"[]," * 83_000_000 + b"[]]"
+    bomb = zlib.compress(DV + int32(0) + blob(junk), 9)
+    del junk
+    peak, remark = _peak_bytes_of(lambda: RegisterBrokerBody.decode(bomb, compressed=True))
+    assert remark == f"compressed RegisterBrokerBody: filterServerList length 249000004 exceeds " \
+                     f"{topic.MAX_COMPRESSED_PART} bytes"
+    assert peak < 2 * topic.INFLATE_STEP + (1 << 20)
+
+
+def test_what_follows_the_layout_is_never_inflated():
+    body = zlib.compress(DV + int32(0) + blob(b"[]") + int32(0) + bytes(200 << 20), 9)
+    peak = tracemalloc.start() or None
+    try:
+        decoded = RegisterBrokerBody.decode(body, compressed=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert decoded.filter_server_list == [] and decoded.wrapper.topic_config_table == {}
+    assert peak < 2 * topic.INFLATE_STEP + (1 << 20)
+
+
 def test_the_default_inflate_limit_is_bounded():
-    assert 16 << 20 <= topic.MAX_INFLATED_BODY <= 1 << 30
+    assert 16 << 20 <= topic.MAX_INFLATED_BODY <= 64 << 20
 
 
 @pytest.mark.timeout(60)

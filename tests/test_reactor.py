@@ -22,7 +22,7 @@ from namesrv.protocol import RemotingCommand, RequestCode, ResponseCode, Seriali
 from namesrv.protocol.codes import FLAG_RESPONSE
 from namesrv.protocol.msgpack_codec import decode_msgpack
 from namesrv.remoting import BoundedExecutor, Outbox, RequestDispatcher
-from namesrv.remoting.dispatch import OVERLOAD_REMARK
+from namesrv.remoting.dispatch import BUDGET_REMARK, OVERLOAD_REMARK
 from namesrv.routeinfo import RouteInfoManager
 
 TCP = Channel("tcp", b"\x00\x01", "127.0.0.1:1")
@@ -229,3 +229,30 @@ def test_a_connect_disconnect_flood_leaves_the_connection_table_empty(tmp_path) 
         wait_until(lambda: controller.reactor.connection_counts() == {"tcp": 0})
     finally:
         controller.shutdown()
+
+
+def test_request_bytes_past_the_in_flight_budget_answer_system_busy_until_answered(tmp_path) -> None:
+    config = NamesrvConfig.load(None, {"maxFrameLength": "4096", "maxInFlightRequestBytes": "10000"})
+    processor = RequestProcessor(config, RouteInfoManager(config), KVConfigManager(tmp_path / "kv.json"))
+    outbox = Outbox()
+    dispatcher = RequestDispatcher(config, processor, outbox, pool_of=POOL_OF)
+    try:
+        def put(i: int) -> RemotingCommand:  # a 3,000-byte frame
+            frame = RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {"namespace": "N", "key": f"k{i}",
+                                                                        "value": "v" * 2900}, opaque=i).encode()
+            return RemotingCommand.decode(frame[4:])
+        requests = [put(i) for i in range(4)]
+        assert all(3000 <= r.wire_size <= 3100 for r in requests)
+        busy = dispatcher.dispatch([(TCP, r) for r in requests])  # executors not started: nothing is answered
+        (channel, payload), = busy
+        answer = RemotingCommand.decode(payload[4:])
+        assert (answer.opaque, answer.code, answer.remark) == (3, ResponseCode.SYSTEM_BUSY, BUDGET_REMARK)
+        assert dispatcher.budget.queued == sum(r.wire_size for r in requests[:3])
+        dispatcher.start()
+        wait_until(lambda: dispatcher.budget.queued == 0)  # answered: released
+        assert dispatcher.dispatch([(TCP, put(4))]) == []
+        wait_until(lambda: dispatcher.budget.queued == 0)
+        assert sorted(RemotingCommand.decode(p[4:]).opaque for _, p in outbox.drain()) == [0, 1, 2, 4]
+    finally:
+        dispatcher.shutdown(5)
+        outbox.close()

@@ -139,3 +139,46 @@ def test_the_client_refuses_a_route_with_more_queues_than_any_broker(namesrv_fac
         assert len(client.publish_queues("Fine")) == 8
         with pytest.raises(InvalidRouteError, match="2147483647 queues: at most 1024"):
             client.publish_queues("Huge")
+
+
+def broker(n: int) -> dict:
+    return {**MASTER, "brokerName": f"b{n}", "brokerAddr": f"10.0.0.{n}:10911"}
+
+
+def topics(*names: str) -> dict[str, TopicConfig]:
+    return {name: TopicConfig(name, 4, 4) for name in names}
+
+
+def test_max_brokers_refuses_one_more_broker_and_changes_nothing(server):
+    server.config.max_brokers = 2
+    assert server.register(topics("A", "Z"), broker(1)).code == ResponseCode.SUCCESS
+    assert server.register(topics("A", "Z"), broker(2)).code == ResponseCode.SUCCESS
+    before = server.routes.snapshot()
+    refused = server.register(topics("B", "Z"), broker(3))
+    assert (refused.code, refused.remark) == (ResponseCode.SYSTEM_ERROR,
+                                              "register broker failed: 2 brokers are registered, maxBrokers=2")
+    assert server.routes.snapshot() == before
+    assert server.register(topics("A", "C", "Z"), broker(2), counter=2).code == ResponseCode.SUCCESS  # a known one
+    server.send(RequestCode.UNREGISTER_BROKER, {k: broker(1)[k] for k in ("clusterName", "brokerAddr", "brokerName",
+                                                                          "brokerId")})
+    assert server.register(topics("B", "Z"), broker(3)).code == ResponseCode.SUCCESS
+
+
+def test_max_queue_datas_counts_topics_per_group_and_refuses_whole_registrations(server):
+    server.config.max_queue_datas = 10
+    assert server.register(topics(*"ABCDEF"), broker(1)).code == ResponseCode.SUCCESS  # 6 held
+    before = server.routes.snapshot()
+    refused = server.register(topics(*"ABCDE"), broker(2))  # 5 more: 11
+    assert (refused.code, refused.remark) == (
+        ResponseCode.SYSTEM_ERROR, "register broker failed: 5 new topic queue entries would pass maxQueueDatas=10 "
+                                   "(6 held)")
+    assert server.routes.snapshot() == before
+    assert server.register(topics(*"ABCDEF"), broker(1), counter=2).code == ResponseCode.SUCCESS  # nothing new
+    assert server.register(topics(*"ABCD"), broker(2)).code == ResponseCode.SUCCESS  # exactly 10
+    route = TopicRouteData(queue_datas=[QueueData("b1", 4, 4, 6, 0)]).encode()
+    answer = server.send(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "G"}, route)
+    assert (answer.code, answer.remark) == (ResponseCode.SYSTEM_ERROR,
+                                            "1 new topic queue entries would pass maxQueueDatas=10 (10 held)")
+    assert server.routes.pickup_topic_route("G") is None
+    server.send(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "A"})  # frees two
+    assert server.send(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "G"}, route).code == ResponseCode.SUCCESS

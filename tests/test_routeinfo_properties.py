@@ -160,6 +160,7 @@ def check_consistent(routes: RouteInfoManager, config: NamesrvConfig) -> None:
             by_channel.setdefault(live.channel, set()).add(key)
     assert routes._channel_keys == by_channel
     assert set(routes._queue_pool) <= set(brokers)
+    assert routes._queue_datas == sum(map(len, tables.topic_queue_table.values())), "maxQueueDatas miscounts"
 
     # Every cached body is what encoding the current route gives (no missed invalidation).
     for topic, variants in routes._route_cache._entries.items():

@@ -632,3 +632,12 @@ def test_odd_bodies_read_or_fail_as_the_full_decode_does(live, data):
 def test_a_body_that_is_not_json_fails_as_it_always_did(live):
     assert outcome(decode_registration, b'{"topicConfigSerializeWrapper":', False, Version.V5_3_3) == (
         "ProtocolError: RegisterBrokerBody is not valid JSON: unexpected end of data: line 1 column 32 (char 31)")
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_topic_key_of_invalid_utf8_is_not_counted(impl) -> None:
+    """orjson refuses the body, so no count may be given (the Cython twin once counted it)."""
+    path = ("topicConfigSerializeWrapper", "topicConfigTable")
+    body = b'{"filterServerList":[],"topicConfigSerializeWrapper":{"topicConfigTable":{"\x80T":{"perm":0}}}}'
+    assert impl.count_entries(body, path) is None
+    assert impl.count_entries(body.replace(b"\x80T", "\u00e9T".encode()), path) == 1

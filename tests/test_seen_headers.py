@@ -69,7 +69,7 @@ def test_a_new_body_crc_is_rebound_not_parsed(monkeypatch):
         header = JSON_SHAPES[0].format(o=opaque, c=digits).encode()
         read = headers.read(JSON_FIELD, header)
         assert read == read_header(JSON_FIELD, header) and read[1].header.body_crc32 == int(digits)
-        assert read[1].with_(opaque, None).ext_fields["bodyCrc32"] == digits
+        assert read[1].with_(opaque, None, 0).ext_fields["bodyCrc32"] == digits
     assert parse.calls == 2
     assert headers.read(JSON_FIELD, JSON_SHAPES[0].format(o=6, c="007").encode())[1].header.body_crc32 == 7
     assert parse.calls == 3  # not canonical: parsed

@@ -25,6 +25,9 @@ from namesrv.protocol.msgpack_codec import SERIALIZE_MSGPACK, decode_msgpack, en
 
 log = logging.getLogger(__name__)
 
+#: Commands sent together in one ZeroMQ message up to this many bytes.
+BATCH_BYTES = 1024 * 1024
+
 
 def zmq_endpoint(address: str) -> str:
     """The ZeroMQ endpoint for "host:port" (a full endpoint such as "tcp://h:p" is kept)."""
@@ -83,8 +86,15 @@ class ZmqRemotingConnection(BaseConnection):
         return encode_msgpack(request)
 
     def _send(self, out: list[bytes]) -> None:
-        sent = self._socket.send_multipart(out)
-        sent.add_done_callback(self._sent)
+        """One loop turn's commands, one frame each, in messages of at most BATCH_BYTES (a larger
+        command alone): the server refuses a message larger than its maxFrameLength in all."""
+        start, size = 0, 0
+        for end, frame in enumerate(out):
+            if end > start and size + len(frame) > BATCH_BYTES:
+                self._socket.send_multipart(out[start:end]).add_done_callback(self._sent)
+                start, size = end, 0
+            size += len(frame)
+        self._socket.send_multipart(out[start:]).add_done_callback(self._sent)
 
     def _sent(self, future: asyncio.Future) -> None:
         if not future.cancelled() and future.exception() is not None:

@@ -251,3 +251,9 @@ def count_entries(data: bytes | bytearray | memoryview, table_path: tuple[str, .
             return None
         obj = obj.get(step)
     return len(obj) if type(obj) is dict and table_path else None
+
+
+def count_containers(data: bytes | bytearray) -> int:
+    """How many `[` and `{` bytes `data` holds (inside strings too): an upper bound of the JSON
+    arrays and objects parsing it builds (namesrv.protocol.jsonbody.check_parse_cost)."""
+    return data.count(b"[") + data.count(b"{")

@@ -15,7 +15,9 @@ All 23 request codes of RocketMQ 5.x's NameServer are handled, each declared onc
   `adminToken` extField (NO_PERMISSION naming the rule); RocketMQ's NameServer has no access
   control. Both are off by default.
 * A REGISTER_BROKER body with more than `maxTopicsPerRegistration` topics is SYSTEM_ERROR, found
-  before the body is decoded; RocketMQ decodes any body that fits in a frame.
+  before the body is decoded; RocketMQ decodes any body that fits in a frame. A registration that
+  would pass `maxBrokers` or `maxQueueDatas` in the whole route table is SYSTEM_ERROR naming the
+  limit and changes nothing; RocketMQ has no such bound.
 * The single-topic registration guard (5.x) refuses without side effects (5.x first adds the
   broker name to its cluster and may create an empty broker group).
 * Not implemented: clusterTest mode, the zone route filter (ZoneRouteRPCHook; the zone name is

@@ -9,7 +9,7 @@ from xxhash import xxh3_64_intdigest
 
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
-from namesrv.processor.context import RETRY, Change, HandlerContext, WriteHandler
+from namesrv.processor.context import RETRY, Change, HandlerContext, Refusal, WriteHandler
 from namesrv.processor.header import RequestHeader
 from namesrv.processor.limits import topic_count_beyond
 from namesrv.processor.route_input import IllegalRoute, check_names, check_queues
@@ -17,7 +17,7 @@ from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand, wire_string
 from namesrv.protocol.route import KVTable, RegisterBrokerResult
 from namesrv.protocol.topic import DataVersion, TopicQueueTable, decode_registration
-from namesrv.routeinfo import StaleTopicEntries
+from namesrv.routeinfo import RouteTableFull, StaleTopicEntries
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,9 @@ def apply_registration(ctx: HandlerContext, change: Change, channel: Channel) ->
                                           **identity)
     except StaleTopicEntries:  # the route table changed since the decode: read the body in full
         return RETRY
+    except RouteTableFull as exc:
+        log.warning("REGISTER_BROKER of %s from %s refused: %s", identity["broker_addr"], channel, exc)
+        return Refusal(ResponseCode.SYSTEM_ERROR, f"register broker failed: {exc}")
 
 
 def answer_registration(ctx: HandlerContext, request: RemotingCommand, outcome: object) -> RemotingCommand:

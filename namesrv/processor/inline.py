@@ -44,12 +44,13 @@ class PreparedRegistration(NamedTuple):
     header: RegistrationHeader
     request: RemotingCommand
 
-    def with_(self, opaque: int, body: bytes | None) -> RemotingCommand:
-        """The request these header bytes and `body` decode to (RemotingCommand.decode without the
-        parse), its header read."""
+    def with_(self, opaque: int, body: bytes | None, wire_size: int) -> RemotingCommand:
+        """The request these header bytes and `body` decode to (RemotingCommand.decode of a frame of
+        `wire_size` bytes without the parse), its header read."""
         r = self.request
         request = RemotingCommand(r.code, language=r.language, version=r.version, opaque=opaque, flag=r.flag,
-                                  remark=r.remark, ext_fields=r.ext_fields, body=body, serialize_type=r.serialize_type)
+                                  remark=r.remark, ext_fields=r.ext_fields, body=body, serialize_type=r.serialize_type,
+                                  wire_size=wire_size)
         request.keep_typed_header(self.header)
         return request
 
@@ -135,7 +136,7 @@ class InlineAnswers:
         opaque, what = read
         if type(what) is RouteQuery:
             return self.route_queries.answer(serialize_field, opaque, what)
-        request = what.with_(opaque, frame[body_at:] or None)
+        request = what.with_(opaque, frame[body_at:] or None, len(frame))
         if self.registrations is None:
             return request
         reply = self.registrations.answer(what.header, request, channel)

@@ -21,7 +21,7 @@ import zlib
 from namesrv import fastpath
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import Version
-from namesrv.protocol.topic import MAX_INFLATED_BODY, table_path
+from namesrv.protocol.topic import MAX_COMPRESSED_PART, table_path
 
 _INT32 = struct.Struct(">i")
 
@@ -49,8 +49,8 @@ def _compressed_topic_count(body: bytes) -> int | None:
     if len(head) < 4:
         return None
     blob_size = _INT32.unpack(head)[0]
-    if blob_size < 0 or blob_size + 8 > MAX_INFLATED_BODY:
-        return None
+    if blob_size < 0 or blob_size > MAX_COMPRESSED_PART:
+        return None  # the decode refuses it, having inflated no more than this
     prefix = _inflate_prefix(body, blob_size + 8)
     if len(prefix) < blob_size + 8:
         return None

@@ -1,20 +1,23 @@
 """What clients and admin tools ask about routes and topics (reference 2.3, 4.7-4.9)."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
-from namesrv.processor.context import Change, HandlerContext, WriteHandler
+from namesrv.processor.context import Change, HandlerContext, Refusal, WriteHandler
 from namesrv.processor.header import RequestHeader
 from namesrv.processor.route_input import IllegalRoute, check_queues
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.route import QueueData, TopicList, TopicRouteData
-from namesrv.routeinfo import RouteInfoManager
+from namesrv.routeinfo import RouteInfoManager, RouteTableFull
 
 #: RocketMQ 5.x FAQUrl.DEFAULT_FAQ_URL, quoted in TOPIC_NOT_EXIST remarks.
 FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
+
+log = logging.getLogger(__name__)
 
 
 def wants_standard_json(version: int, accept_standard_json_only: str | None) -> bool:
@@ -99,9 +102,14 @@ def _prepare_topic_registration(ctx: HandlerContext, request: RemotingCommand, c
     return topic, queues
 
 
-def _apply_topic_registration(ctx: HandlerContext, change: Change, channel: Channel) -> None:
+def _apply_topic_registration(ctx: HandlerContext, change: Change, channel: Channel) -> Refusal | None:
     topic, queues = change
-    ctx.routes.register_topic(topic, [QueueData(*fields) for fields in queues])
+    try:
+        ctx.routes.register_topic(topic, [QueueData(*fields) for fields in queues])
+    except RouteTableFull as exc:
+        log.warning("REGISTER_TOPIC_IN_NAMESRV of %s from %s refused: %s", topic, channel, exc)
+        return Refusal(ResponseCode.SYSTEM_ERROR, str(exc))
+    return None
 
 
 register_topic_in_namesrv = WriteHandler(_prepare_topic_registration, _apply_topic_registration)

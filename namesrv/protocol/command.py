@@ -31,7 +31,7 @@ class RemotingCommand:
 
     #: What travels on the wire (equality compares these).
     WIRE_FIELDS = ("code", "language", "version", "opaque", "flag", "remark", "ext_fields", "body", "serialize_type")
-    __slots__ = (*WIRE_FIELDS, "_body_crc32", "_typed_header")
+    __slots__ = (*WIRE_FIELDS, "wire_size", "_body_crc32", "_typed_header")
 
     def __init__(
         self,
@@ -45,7 +45,10 @@ class RemotingCommand:
         ext_fields: dict[str, str] | None = None,
         body: bytes | None = None,
         serialize_type: int = SerializeType.JSON,
+        wire_size: int = 0,
     ) -> None:
+        """`wire_size`: the bytes of the frame it was decoded from (0 for a command made here), which a
+        request is charged while it waits for its answer (namesrv.remoting.budget)."""
         self.code = code
         self.language = language
         self.version = version
@@ -55,6 +58,7 @@ class RemotingCommand:
         self.ext_fields = ext_fields
         self.body = body
         self.serialize_type = serialize_type
+        self.wire_size = wire_size
         self._body_crc32: tuple[bytes | None, int] | None = None
         self._typed_header: tuple[dict[str, str] | None, object] | None = None
 
@@ -165,7 +169,7 @@ class RemotingCommand:
         code, language, version, opaque, flag, remark, ext = fields
         body = frame[4 + header_len:] or None
         return cls(code, language=language, version=version, opaque=opaque, flag=flag, remark=remark,
-                   ext_fields=ext, body=body, serialize_type=serialize_type)
+                   ext_fields=ext, body=body, serialize_type=serialize_type, wire_size=len(frame))
 
     def __repr__(self) -> str:
         kind = "response" if self.is_response else ("oneway" if self.is_oneway else "request")

@@ -47,7 +47,7 @@ def decode_msgpack(frame: bytes) -> RemotingCommand:
         raise ProtocolError("msgpack command field 'body' must be binary or nil")
     return RemotingCommand(_int(code, "code"), language=_int(language, "language"), version=_int(version, "version"),
                            opaque=_int(opaque, "opaque"), flag=_int(flag, "flag"), remark=remark, ext_fields=ext,
-                           body=body or None, serialize_type=SERIALIZE_MSGPACK)
+                           body=body or None, serialize_type=SERIALIZE_MSGPACK, wire_size=len(frame))
 
 
 __all__ = ["SERIALIZE_MSGPACK", "decode_msgpack", "encode_msgpack"]

@@ -18,8 +18,14 @@ _INT32 = struct.Struct(">i")
 FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 #: One topic as the route table reads it: (topicName, readQueueNums, writeQueueNums, perm, topicSysFlag).
 QueueFields = tuple[str, int, int, int, int]
-#: A compressed body may inflate to at most this much (a zlib bomb must not exhaust memory).
-MAX_INFLATED_BODY = 256 * 1024 * 1024
+#: A compressed body may inflate to at most this much: a real broker's 200,000 topics (the
+#: maxTopicsPerRegistration default) take about 12 MiB in the compressed layout.
+MAX_INFLATED_BODY = 64 * 1024 * 1024
+#: One part of the compressed layout (a TopicConfig's text, the filterServerList, a mapping) may
+#: declare at most this many bytes: real ones take tens to hundreds, and a part is parsed whole.
+MAX_COMPRESSED_PART = 64 * 1024
+#: The compressed layout is inflated this far ahead of the parts read.
+INFLATE_STEP = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,52 +286,88 @@ class RegisterBrokerBody:
 
     @classmethod
     def _decode_compressed(cls, data: bytes, version: int) -> RegisterBrokerBody:
-        inflater = zlib.decompressobj()
-        try:
-            raw = inflater.decompress(data, MAX_INFLATED_BODY)
-        except zlib.error as exc:
-            raise ProtocolError(f"compressed RegisterBrokerBody does not inflate: {exc}") from None
-        if inflater.unconsumed_tail:
-            raise ProtocolError(f"compressed RegisterBrokerBody inflates past {MAX_INFLATED_BODY} bytes")
-        pos = 0
-
-        def take_int(what: str) -> int:
-            nonlocal pos
-            if len(raw) - pos < 4:
-                raise ProtocolError(f"compressed RegisterBrokerBody truncated at {what}")
-            value = _INT32.unpack_from(raw, pos)[0]
-            pos += 4
-            return value
-
-        def take_blob(what: str) -> bytes:
-            nonlocal pos
-            size = take_int(what)
-            if size < 0 or size > len(raw) - pos:
-                raise ProtocolError(f"compressed RegisterBrokerBody: {what} length {size} exceeds the body")
-            pos += size
-            return raw[pos - size:pos]
-
-        data_version = DataVersion.decode(take_blob("dataVersion"))
-        count = take_int("topic count")
-        if count < 0 or count > (len(raw) - pos) // 4:
+        """The compressed layout (reference 3.6), inflated only as far as it is read, one part at a
+        time: what is held is the objects built plus one part, never the whole inflated body, and
+        each part's declared length is checked against its bound before it is inflated."""
+        stream = _InflatedStream(data)
+        data_version = DataVersion.decode(stream.blob("dataVersion"))
+        count = stream.int32("topic count")
+        if count < 0 or count > MAX_INFLATED_BODY // 4:
             raise ProtocolError(f"compressed RegisterBrokerBody: topic count {count} exceeds the body")
         table: dict[str, TopicConfig] = {}
         for _ in range(count):
-            blob = take_blob("TopicConfig")
+            blob = stream.blob("TopicConfig")
             try:
                 config = TopicConfig.from_text(blob.decode("utf-8"))
             except UnicodeDecodeError:
                 raise ProtocolError("compressed RegisterBrokerBody: TopicConfig is not UTF-8") from None
             table[config.topic_name] = config
-        servers = string_list(jsonbody.loads(take_blob("filterServerList"), "filterServerList"), "filterServerList")
+        servers = string_list(jsonbody.loads(stream.blob("filterServerList"), "filterServerList"), "filterServerList")
         mappings: dict[str, Any] = {}
-        if version >= Version.V5_0_0 and pos < len(raw):
-            for _ in range(max(0, take_int("mapping count"))):
-                info = expect(jsonbody.loads(take_blob("TopicQueueMappingInfo"), "TopicQueueMappingInfo"), dict,
+        if version >= Version.V5_0_0 and stream.more():
+            for _ in range(max(0, stream.int32("mapping count"))):
+                info = expect(jsonbody.loads(stream.blob("TopicQueueMappingInfo"), "TopicQueueMappingInfo"), dict,
                               "TopicQueueMappingInfo")
                 mappings[expect(info.get("topic"), str, "TopicQueueMappingInfo.topic")] = info
         wrapper = TopicConfigSerializeWrapper(table, data_version, topic_queue_mapping_info_map=mappings)
         return cls(wrapper, servers)
+
+
+class _InflatedStream:
+    """A zlib stream read front to back as the compressed layout's int32s and length-prefixed
+    blobs, inflating at most INFLATE_STEP bytes ahead of what has been read."""
+
+    __slots__ = ("_inflater", "_input", "_buffer", "_pos", "_inflated")
+
+    def __init__(self, data: bytes) -> None:
+        self._inflater = zlib.decompressobj()
+        self._input = data
+        self._buffer = b""
+        self._pos = 0
+        self._inflated = 0
+
+    def _fill(self, size: int, what: str) -> bool:
+        """Make `size` bytes available from the read position; False if the stream ends first."""
+        inflater = self._inflater
+        while len(self._buffer) - self._pos < size:
+            if inflater.eof:
+                return False
+            try:
+                chunk = inflater.decompress(self._input, INFLATE_STEP)
+            except zlib.error as exc:
+                raise ProtocolError(f"compressed RegisterBrokerBody does not inflate: {exc}") from None
+            self._input = inflater.unconsumed_tail
+            if not chunk:
+                return False  # input used up before the stream's end: truncated
+            self._inflated += len(chunk)
+            if self._inflated > MAX_INFLATED_BODY:
+                raise ProtocolError(f"compressed RegisterBrokerBody inflates past {MAX_INFLATED_BODY} bytes "
+                                    f"(at {what})")
+            self._buffer = self._buffer[self._pos:] + chunk
+            self._pos = 0
+        return True
+
+    def int32(self, what: str) -> int:
+        if not self._fill(4, what):
+            raise ProtocolError(f"compressed RegisterBrokerBody truncated at {what}")
+        value = _INT32.unpack_from(self._buffer, self._pos)[0]
+        self._pos += 4
+        return value
+
+    def blob(self, what: str) -> bytes:
+        size = self.int32(what)
+        if size < 0 or size > MAX_COMPRESSED_PART:
+            raise ProtocolError(f"compressed RegisterBrokerBody: {what} length {size} exceeds "
+                                f"{MAX_COMPRESSED_PART} bytes" if size > 0 else
+                                f"compressed RegisterBrokerBody: {what} length {size} is negative")
+        if not self._fill(size, what):
+            raise ProtocolError(f"compressed RegisterBrokerBody: {what} length {size} exceeds the body")
+        self._pos += size
+        return self._buffer[self._pos - size:self._pos]
+
+    def more(self) -> bool:
+        """Is there anything left to read?"""
+        return self._fill(1, "the end")
 
 
 #: Where a JSON registration body keeps its topic table: in the RegisterBrokerBody's wrapper since
@@ -367,6 +409,8 @@ def decode_registration(data: bytes | None, compressed: bool = False, version: i
     thousands changes, and only that one is then read (see TopicQueueTable).
     """
     if data and not (compressed and version >= Version.V3_0_11):
+        jsonbody.check_parse_cost(data, "RegisterBrokerBody" if version >= Version.V3_0_11 else
+                                  "TopicConfigSerializeWrapper")
         # None: not for the scanner; the lenient parser reads the body
         value, entries, omitted = fastpath.scan_registration(data, table_path(version), previous) or (None, None, 0)
         table, servers = _decode_json_body(data, version, TopicQueueTable.from_dict, value)

@@ -2,8 +2,9 @@
 
 Route queries get their own pool ("client") so a registration storm cannot starve clients
 (RIP-29); the other declared codes share the "default" pool (namesrv.processor.requests);
-anything else goes to the public executor, where the processor answers REQUEST_CODE_NOT_SUPPORTED. A full queue answers SYSTEM_BUSY at once from
-the reactor; oneway requests are bounded in flight and never answered.
+anything else goes to the public executor, where the processor answers REQUEST_CODE_NOT_SUPPORTED. A full queue,
+or a request whose bytes would pass maxInFlightRequestBytes (namesrv.remoting.budget), answers
+SYSTEM_BUSY at once from the reactor; oneway requests are bounded in flight and never answered.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
+from namesrv.remoting.budget import RequestBudget
 from namesrv.remoting.codecs import encode_reply
 from namesrv.remoting.endpoints import Job
 from namesrv.remoting.executors import BoundedExecutor
@@ -25,6 +27,10 @@ from namesrv.remoting.outbox import Delivery, Outbox
 log = logging.getLogger(__name__)
 
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+#: An executor posts the replies of a batch once they reach this many bytes, not only at its end.
+REPLY_BATCH_BYTES = 256 * 1024
+#: SYSTEM_BUSY's remark when the request bytes in flight, not the queue, are at their bound.
+BUDGET_REMARK = OVERLOAD_REMARK + " (maxInFlightRequestBytes)"
 
 
 #: How a worker process takes a write request: prepared, it goes into the write log and is answered
@@ -42,12 +48,16 @@ class RequestDispatcher:
     """Routes decoded requests to executors; workers run the processor and post encoded replies."""
 
     def __init__(self, config: NamesrvConfig, processor: Processor, outbox: Outbox, *, pool_of: Mapping[int, str],
-                 forward_write: ForwardWrite | None = None, write_codes: Iterable[int] = ()) -> None:
+                 forward_write: ForwardWrite | None = None, write_codes: Iterable[int] = (),
+                 budget: RequestBudget | None = None) -> None:
+        """`budget`: the process's in-flight budget, shared with `outbox` (default: a new one from config)."""
         self._processor = processor
         #: Where `write_codes` requests go instead of the processor, in a worker process.
         self._forward_write = forward_write
         self._write_codes = frozenset(write_codes)
         self._outbox = outbox
+        #: Request bytes waiting for or in an executor, with the reactor's incomplete frames.
+        self.budget = budget or RequestBudget.from_config(config)
         run = self._run_batch
         self.client_executor = BoundedExecutor("ClientRequestExecutorThread", config.client_request_thread_pool_nums,
                                                config.client_request_thread_pool_queue_capacity, run)
@@ -76,18 +86,27 @@ class RequestDispatcher:
     def dispatch(self, jobs: list[Job]) -> list[Delivery]:
         """Hand one poll round's requests to their executors, one batch per executor.
 
-        Returns the replies to send at once: SYSTEM_BUSY for requests a full queue refused.
-        Reactor thread only.
+        Returns the replies to send at once: SYSTEM_BUSY for requests refused by a full queue or by
+        the in-flight budget. Reactor thread only.
         """
         batches: dict[BoundedExecutor[Job], list[Job]] = {}
         public = self.public_executor
+        budget = self.budget
+        busy: list[Delivery] = []
+        over_budget = 0
         for job in jobs:
             request = job[1]
             if request.is_response:
                 log.debug("dropped a response (code %d, opaque %d) from %s: namesrv sends no requests",
                           request.code, request.opaque, job[0])
                 continue
+            if not budget.charge(request.wire_size):
+                over_budget += 1
+                if not request.is_oneway:
+                    busy.append(self._busy(job, BUDGET_REMARK))
+                continue
             if request.is_oneway and not self._oneway.acquire(blocking=False):
+                budget.release(request.wire_size)
                 self._count_dropped_oneway()
                 continue
             executor = self._by_code.get(request.code, public)
@@ -96,25 +115,37 @@ class RequestDispatcher:
                 batches[executor] = [job]
             else:
                 batch.append(job)
-        busy: list[Delivery] = []
+        if over_budget:
+            budget.report(f"{over_budget} requests refused with SYSTEM_BUSY (oneway: dropped)")
         for executor, batch in batches.items():
             accepted = executor.submit(batch)
-            for channel, request in batch[accepted:]:
+            for job in batch[accepted:]:
+                request = job[1]
+                budget.release(request.wire_size)
                 if request.is_oneway:
                     self._oneway.release()
                 else:
-                    busy.append((channel, encode_reply(channel, request.make_response(ResponseCode.SYSTEM_BUSY,
-                                                                                        OVERLOAD_REMARK))))
+                    busy.append(self._busy(job, OVERLOAD_REMARK))
             if accepted < len(batch):
                 log.warning("%s queue full (%d): %d requests refused with SYSTEM_BUSY", executor.name,
                             executor.capacity, len(batch) - accepted)
         return busy
 
+    @staticmethod
+    def _busy(job: Job, remark: str) -> Delivery:
+        channel, request = job
+        return channel, encode_reply(channel, request.make_response(ResponseCode.SYSTEM_BUSY, remark))
+
     def _run_batch(self, jobs: list[Job]) -> None:
+        """Run a batch in order, posting its replies together, or every REPLY_BATCH_BYTES: a batch
+        of 64 topic lists of 1.3 MB must not be held whole by each of sixteen threads."""
         replies: list[Delivery] = []
+        reply_bytes = 0
         process = self._processor.process
         forward = self._forward_write
+        held = 0
         for channel, request in jobs:
+            held += request.wire_size
             try:
                 if forward is not None and request.code in self._write_codes:
                     response = forward(request, channel)
@@ -129,8 +160,13 @@ class RequestDispatcher:
                 self._oneway.release()
             elif reply is not None:
                 replies.append((channel, reply))
+                reply_bytes += len(reply)
+                if reply_bytes >= REPLY_BATCH_BYTES:
+                    self._outbox.put(replies, wait=True)
+                    replies, reply_bytes = [], 0
+        self.budget.release(held)
         if replies:
-            self._outbox.put(replies)
+            self._outbox.put(replies, wait=True)
 
     def _count_dropped_oneway(self) -> None:
         self._oneway_dropped += 1

@@ -16,6 +16,12 @@ connection is closed: at the socket, even when its pipe is too full to take Zero
 message (`abort_connection`). Each table holds at most `max_connections` peers; a
 newcomer beyond that is turned away at once (a TCP connection is closed, a ZeroMQ peer's message
 dropped), so a connection flood costs a bounded table, not memory without end.
+
+What input is held before it is whole: a TCP connection's incomplete frame, counted per
+connection in `incomplete_bytes` (oldest first in `incomplete`); for the ZeroMQ endpoint, what
+libzmq holds per peer, measured by its IntakeWatch. The reactor counts both into the in-flight
+budget and, past it, has `close_incomplete` close the connections holding them
+(namesrv.remoting.budget).
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
 from namesrv.protocol.frame import FrameDecoder
 from namesrv.remoting.codecs import TCP_TRANSPORT, ZMQ_TRANSPORT, Decode, decode_all
+from namesrv.remoting.zmq_intake import IntakeWatch
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,8 @@ REFUSED_LOG_PERIOD = 1.0
 #: Replies leave in ZeroMQ messages of at most this many bytes (a single larger reply on the ZeroMQ
 #: endpoint excepted), so the send high-water mark, counted in messages, also bounds bytes.
 MAX_MESSAGE_BYTES = 64 * 1024
+#: Connections closed from our side remembered until ZeroMQ announces their end (oldest forgotten first).
+CLOSED_REMEMBERED = 65536
 
 
 def peer_of(frame: zmq.Frame) -> tuple[str, int | None]:
@@ -87,7 +96,7 @@ def _peer(conn: Connection) -> str:
 class Connection:
     """One peer: its Channel, frame decoder and socket descriptor (TCP only), last activity, and unsent replies."""
 
-    __slots__ = ("channel", "decoder", "fd", "last_active", "backlog", "backlog_bytes")
+    __slots__ = ("channel", "decoder", "fd", "last_active", "backlog", "backlog_bytes", "incomplete")
 
     def __init__(self, channel: Channel, decoder: FrameDecoder | None, now: float, fd: int | None = None) -> None:
         self.channel = channel
@@ -96,6 +105,8 @@ class Connection:
         self.last_active = now
         self.backlog: deque[tuple[object, int]] = deque()
         self.backlog_bytes = 0
+        #: Bytes of an incomplete frame its decoder holds (as last counted in `Endpoint.incomplete_bytes`).
+        self.incomplete = 0
 
 
 class Endpoint:
@@ -114,6 +125,9 @@ class Endpoint:
         self._max_connections = max_connections
         self._refused = 0
         self._refused_logged = -REFUSED_LOG_PERIOD
+        #: Connections holding an incomplete frame, the one whose frame started longest ago first.
+        self.incomplete: dict[bytes, Connection] = {}
+        self.incomplete_bytes = 0
 
     # ---- transport-specific
     def read(self, budget: int, now: float, jobs: list[Job]) -> None:
@@ -134,8 +148,9 @@ class Endpoint:
         """Send without blocking; zmq.Again when the peer's pipe is full."""
         raise NotImplementedError
 
-    def _disconnect(self, ident: bytes, conn: Connection | None = None) -> None:
-        """Close the peer `ident` (`conn`, once it had a table entry)."""
+    def _disconnect(self, ident: bytes, conn: Connection | None = None, reset: bool = False) -> None:
+        """Close the peer `ident` (`conn`, once it had a table entry); `reset`: at the socket at once,
+        dropping unsent output (for a peer that does not read, whose output would never drain)."""
         raise NotImplementedError
 
     # ---- shared
@@ -178,7 +193,7 @@ class Endpoint:
         conn.backlog_bytes += sum(size for _, size in messages)
         if conn.backlog_bytes - max(map(len, payloads)) > self._max_backlog_bytes:
             self.close(conn, f"{conn.backlog_bytes} unsent reply bytes exceed maxConnectionOutputBytes "
-                             "(the peer does not read)", logging.WARNING)
+                             "(the peer does not read)", logging.WARNING, reset=True)
         else:
             self.blocked.add(ident)
 
@@ -209,10 +224,10 @@ class Endpoint:
                 return
             self.close(conn, f"idle for {idle_seconds} s")
 
-    def close(self, conn: Connection, reason: str, level: int = logging.INFO) -> None:
-        """Close one connection from our side and report its Channel as destroyed."""
+    def close(self, conn: Connection, reason: str, level: int = logging.INFO, reset: bool = False) -> None:
+        """Close one connection from our side (`reset`: see `_disconnect`) and report its Channel as destroyed."""
         self._forget(conn)
-        self._disconnect(conn.channel.ident, conn)
+        self._disconnect(conn.channel.ident, conn, reset)
         log.log(level, "closed %s connection %s: %s", self.transport, _peer(conn), reason)
         self._on_closed(conn.channel)
 
@@ -226,6 +241,29 @@ class Endpoint:
         del self.connections[ident]
         self.blocked.discard(ident)
         conn.backlog.clear()
+        if conn.incomplete:
+            self._hold_incomplete(conn, 0)
+
+    def _hold_incomplete(self, conn: Connection, size: int) -> None:
+        """`conn`'s decoder now holds `size` bytes of an incomplete frame."""
+        self.incomplete_bytes += size - conn.incomplete
+        if not size:
+            del self.incomplete[conn.channel.ident]
+        elif not conn.incomplete:
+            self.incomplete[conn.channel.ident] = conn
+        conn.incomplete = size
+
+    def close_incomplete(self, excess: int, limit: int) -> int:
+        """Close the connections whose incomplete frame started longest ago until `excess` bytes are
+        freed (or none is left); returns how many were closed."""
+        closed = 0
+        while excess > 0 and self.incomplete:
+            conn = next(iter(self.incomplete.values()))
+            excess -= conn.incomplete
+            closed += 1
+            self.close(conn, f"its incomplete frame ({conn.incomplete} bytes so far) is the oldest held while "
+                             f"in-flight request bytes are at maxInFlightRequestBytes ({limit})", logging.WARNING)
+        return closed
 
     def _take(self, conn: Connection, message: object, now: float, jobs: list[Job]) -> None:
         """Decode what `message` completes; bad input closes the connection and takes none of it."""
@@ -256,6 +294,9 @@ class StreamEndpoint(Endpoint):
                  max_frame_length: int, *, max_connections: int = 0, decode: Decode = decode_all) -> None:
         super().__init__(sock, max_backlog_bytes, on_closed, max_connections=max_connections, decode=decode)
         self._max_frame_length = max_frame_length
+        #: Connections we closed whose end ZeroMQ has not announced yet: that empty frame must not
+        #: read as a newcomer's (which would then take the old connection's late replies).
+        self._closed: OrderedDict[bytes, None] = OrderedDict()
 
     def read(self, budget: int, now: float, jobs: list[Job]) -> None:
         sock = self.socket
@@ -269,8 +310,11 @@ class StreamEndpoint(Endpoint):
             conn = connections.get(ident)
             if conn is None:
                 if len(frame) == 0:
-                    self._accept(ident, frame, now)
-                continue  # else: bytes still in flight from a connection we closed
+                    if ident in self._closed:
+                        del self._closed[ident]
+                    else:
+                        self._accept(ident, frame, now)
+                continue  # else: the end of, or bytes still in flight from, a connection we closed
             if len(frame) == 0:
                 self._peer_closed(conn)
                 continue
@@ -278,7 +322,14 @@ class StreamEndpoint(Endpoint):
             self._take(conn, frame.bytes, now, jobs)
 
     def _frames(self, conn: Connection, message: bytes) -> list[bytes]:
-        return conn.decoder.feed(message)
+        decoder = conn.decoder
+        frames = decoder.feed(message)
+        held = decoder.buffered
+        if frames and conn.incomplete:
+            self._hold_incomplete(conn, 0)  # that frame is whole; what is held now is a new one
+        if held != conn.incomplete:
+            self._hold_incomplete(conn, held)
+        return frames
 
     def _accept(self, ident: bytes, frame: zmq.Frame, now: float) -> None:
         peer, fd = peer_of(frame)
@@ -290,46 +341,84 @@ class StreamEndpoint(Endpoint):
         log.debug("tcp connection from %s", channel.remote_addr or "a peer already gone")
 
     def _pack(self, payloads: list[bytes]) -> list[tuple[object, int]]:
-        data = payloads[0] if len(payloads) == 1 else b"".join(payloads)
-        size = len(data)
-        if size <= MAX_MESSAGE_BYTES:
-            return [(data, size)]
-        view = memoryview(data)  # a byte stream may be cut anywhere
-        return [(view[start:start + MAX_MESSAGE_BYTES], min(MAX_MESSAGE_BYTES, size - start))
-                for start in range(0, size, MAX_MESSAGE_BYTES)]
+        """Small replies joined up to MAX_MESSAGE_BYTES, a larger one cut into slices of itself: a
+        message never pins more than its own reply (a join of a hundred large replies would
+        double them, and each slice in ZeroMQ's pipe would pin the whole join)."""
+        if len(payloads) == 1 and len(payloads[0]) <= MAX_MESSAGE_BYTES:
+            return [(payloads[0], len(payloads[0]))]
+        messages: list[tuple[object, int]] = []
+        small: list[bytes] = []
+        size = 0
+        for payload in payloads:
+            length = len(payload)
+            if small and size + length > MAX_MESSAGE_BYTES:
+                messages.append((b"".join(small), size))
+                small, size = [], 0
+            if length <= MAX_MESSAGE_BYTES:
+                small.append(payload)
+                size += length
+                continue
+            view = memoryview(payload)  # a byte stream may be cut anywhere
+            messages += [(view[start:start + MAX_MESSAGE_BYTES], min(MAX_MESSAGE_BYTES, length - start))
+                         for start in range(0, length, MAX_MESSAGE_BYTES)]
+        if small:
+            messages.append((b"".join(small), size))
+        return messages
 
     def _transmit(self, ident: bytes, message: bytes | memoryview) -> None:
         # The routing-id part fails with EAGAIN when the pipe is full, before anything is queued.
         self.socket.send(ident, zmq.SNDMORE | zmq.NOBLOCK)
         self.socket.send(message, zmq.NOBLOCK, copy=False)
 
-    def _disconnect(self, ident: bytes, conn: Connection | None = None) -> None:
-        try:  # a routing id followed by an empty frame closes the TCP connection
-            self.socket.send_multipart((ident, b""), zmq.NOBLOCK)
-            return
-        except zmq.Again:
-            pass  # the peer's pipe is full (it does not read): the close cannot be queued behind it
-        except zmq.ZMQError:
-            return  # already gone
+    def _disconnect(self, ident: bytes, conn: Connection | None = None, reset: bool = False) -> None:
+        self._closed[ident] = None
+        if len(self._closed) > CLOSED_REMEMBERED:
+            self._closed.popitem(last=False)
+        if not reset:
+            try:  # a routing id followed by an empty frame closes the TCP connection, once its output is sent
+                self.socket.send_multipart((ident, b""), zmq.NOBLOCK)
+                return
+            except zmq.Again:
+                pass  # the peer's pipe is full (it does not read): the close cannot be queued behind it
+            except zmq.ZMQError:
+                return  # already gone
         if conn is not None and conn.fd is not None and abort_connection(conn.fd, conn.channel.remote_addr):
-            log.debug("reset tcp connection %s: its pipe was full", _peer(conn))
+            log.debug("reset tcp connection %s", _peer(conn))
 
 
 class RouterEndpoint(Endpoint):
-    """msgpack commands from DEALER peers: one command per frame, one reply frame per answer."""
+    """msgpack commands from DEALER peers: one command per frame, one reply frame per answer.
+
+    A message of more than `max_message_bytes` (all its frames) is dropped undecoded and its
+    connection reset; what libzmq holds for a peer before the message is whole is bounded by
+    `intake` (namesrv.remoting.zmq_intake), None for an ipc or inproc endpoint.
+    """
 
     transport = ZMQ_TRANSPORT
+
+    def __init__(self, sock: zmq.Socket, max_backlog_bytes: int, on_closed: Callable[[Channel], None],
+                 max_message_bytes: int, intake: IntakeWatch | None, *, max_connections: int = 0) -> None:
+        super().__init__(sock, max_backlog_bytes, on_closed, max_connections=max_connections)
+        self._max_message_bytes = max_message_bytes
+        self.intake = intake
 
     def read(self, budget: int, now: float, jobs: list[Job]) -> None:
         sock = self.socket
         connections = self.connections
+        intake = self.intake
         for _ in range(budget):
             try:
                 parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
+            size = sum(map(len, parts)) - len(parts[0])
+            if intake is not None:
+                intake.delivered(parts[-1].get(zmq.SRCFD), size, len(parts) - 1)
             ident = parts[0].bytes
             conn = connections.get(ident)
+            if size > self._max_message_bytes:
+                self._refuse_message(ident, conn, parts[-1], size)
+                continue
             if conn is None:
                 conn = self._accept(ident, parts[-1], now)
                 if conn is None:
@@ -338,16 +427,47 @@ class RouterEndpoint(Endpoint):
                 self._touch(conn, now)
             self._take(conn, parts, now, jobs)
 
+    def _refuse_message(self, ident: bytes, conn: Connection | None, frame: zmq.Frame, size: int) -> None:
+        peer, fd = peer_of(frame)
+        reason = f"a message of {size} bytes, more than maxFrameLength ({self._max_message_bytes}) in all its frames"
+        if conn is not None:
+            self.close(conn, reason, logging.WARNING, reset=True)
+            return
+        log.warning("dropped zmq message from %s: %s", peer or "(peer already gone)", reason)
+        if fd is not None:
+            abort_connection(fd, peer)
+
+    def check_intake(self, now: float) -> None:
+        """Measure what libzmq holds for the next peers; reset those holding too much."""
+        intake = self.intake
+        for fd, _ in intake.check(now):
+            self._forget_fd(fd)
+        self.incomplete_bytes = intake.held
+
+    def close_incomplete(self, excess: int, limit: int) -> int:
+        intake = self.intake
+        if intake is None:
+            return 0
+        reset = intake.reset_largest(excess, limit)
+        self.incomplete_bytes = intake.held
+        return reset
+
+    def _forget_fd(self, fd: int) -> None:
+        """The connection on `fd` was reset: its peer's channel is closed."""
+        for conn in [conn for conn in self.connections.values() if conn.fd == fd]:
+            self.close(conn, "reset for what it held inside ZeroMQ", logging.WARNING)
+
     def _frames(self, conn: Connection, message: list[zmq.Frame]) -> list[bytes]:
         if len(message) < 2:
             raise ProtocolError("message without a command frame")
         return [part.bytes for part in message[1:]]
 
     def _accept(self, ident: bytes, frame: zmq.Frame, now: float) -> Connection | None:
-        channel = Channel(self.transport, ident, peer_of(frame)[0])
+        peer, fd = peer_of(frame)
+        channel = Channel(self.transport, ident, peer)
         if self._refuse_newcomer(channel.remote_addr, now):
             return None
-        conn = Connection(channel, None, now)
+        conn = Connection(channel, None, now, fd)
         self.connections[ident] = conn
         log.debug("zmq peer %s", _peer(conn))
         return conn
@@ -368,5 +488,8 @@ class RouterEndpoint(Endpoint):
     def _transmit(self, ident: bytes, message: list[bytes]) -> None:
         self.socket.send_multipart([ident, *message], zmq.NOBLOCK)
 
-    def _disconnect(self, ident: bytes, conn: Connection | None = None) -> None:
-        """A ROUTER cannot drop one DEALER: the peer is forgotten and its next message starts anew."""
+    def _disconnect(self, ident: bytes, conn: Connection | None = None, reset: bool = False) -> None:
+        """A ROUTER cannot drop one DEALER: the peer is forgotten and its next message starts anew;
+        reset, its connection is reset at the socket."""
+        if reset and conn is not None and conn.fd is not None:
+            abort_connection(conn.fd, conn.channel.remote_addr)

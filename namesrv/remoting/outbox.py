@@ -11,6 +11,7 @@ import threading
 from collections import deque
 
 from namesrv.channel import Channel
+from namesrv.remoting.budget import RequestBudget
 
 #: (connection, encoded reply), or (connection, reason text): close that connection.
 Delivery = tuple[Channel, "bytes | str"]
@@ -19,8 +20,11 @@ Delivery = tuple[Channel, "bytes | str"]
 class Outbox:
     """A multi-producer, single-consumer queue of delivery batches with a pollable wake-up fd."""
 
-    def __init__(self) -> None:
-        self._batches: deque[list[Delivery]] = deque()
+    def __init__(self, budget: RequestBudget | None = None) -> None:
+        """`budget`: what replies waiting here count against (namesrv.remoting.budget); None: unbounded."""
+        self._budget = budget
+        self._batches: deque[tuple[list[Delivery], int]] = deque()
+        self._taken = 0
         self._lock = threading.Lock()
         self._signalled = False
         self._read_fd, self._write_fd = os.pipe()
@@ -30,9 +34,16 @@ class Outbox:
     def fileno(self) -> int:
         return self._read_fd
 
-    def put(self, batch: list[Delivery]) -> None:
-        """Queue a batch and wake the reactor unless a wake-up is already pending."""
-        self._batches.append(batch)
+    def put(self, batch: list[Delivery], wait: bool = False) -> None:
+        """Queue a batch and wake the reactor unless a wake-up is already pending. With `wait` (an
+        executor thread), first wait while the budget has no room for the batch's replies."""
+        size = 0
+        if self._budget is not None:
+            size = sum(len(payload) for _, payload in batch)
+            if wait:
+                self.wake()  # what waits ahead of us must be taken first
+            self._budget.hold_replies(size, wait)
+        self._batches.append((batch, size))
         self.wake()
 
     def close_channel(self, channel: Channel, reason: str) -> None:
@@ -47,16 +58,27 @@ class Outbox:
         os.write(self._write_fd, b"\x01")
 
     def drain(self) -> list[Delivery]:
-        """Everything queued so far, oldest first (reactor thread only)."""
+        """Everything queued so far, oldest first (reactor thread only). Its replies stay counted
+        against the budget until `sent()`: until then the reactor holds them."""
         with self._lock:
             if self._signalled:
                 self._signalled = False
                 os.read(self._read_fd, 64)
         items: list[Delivery] = []
+        taken = 0
         batches = self._batches
         while batches:
-            items.extend(batches.popleft())
+            batch, size = batches.popleft()
+            items.extend(batch)
+            taken += size
+        self._taken += taken
         return items
+
+    def sent(self) -> None:
+        """The replies drained so far are sent or queued at their connections (reactor thread only)."""
+        if self._budget is not None and self._taken:
+            self._budget.replies_taken(self._taken)
+        self._taken = 0
 
     def __len__(self) -> int:
         return len(self._batches)

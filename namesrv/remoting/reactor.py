@@ -14,13 +14,22 @@ import time
 from collections.abc import Callable
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
-from namesrv.remoting.codecs import Decode, decode_all
+from namesrv.remoting.codecs import ZMQ_TRANSPORT, Decode, decode_all
 from namesrv.remoting.curve import CurveServer
 from namesrv.remoting.dispatch import RequestDispatcher
-from namesrv.remoting.endpoints import MAX_MESSAGE_BYTES, Endpoint, Job, RouterEndpoint, StreamEndpoint
+from namesrv.remoting.endpoints import (
+    MAX_MESSAGE_BYTES,
+    Endpoint,
+    Job,
+    RouterEndpoint,
+    StreamEndpoint,
+    abort_connection,
+)
+from namesrv.remoting.zmq_intake import CHECK_PERIOD, IntakeWatch
 from namesrv.remoting.outbox import Delivery, Outbox
 
 log = logging.getLogger(__name__)
@@ -68,6 +77,8 @@ class Reactor:
         self.tcp_address = ""
         self.zmq_address: str | None = None
         self._curve: CurveServer | None = None
+        #: Connection events of the ZeroMQ TCP endpoint, for its IntakeWatch.
+        self._monitor: zmq.Socket | None = None
 
     # ---- lifecycle (any thread)
     def bind(self, tcp_fd: int | None = None, zmq_fd: int | None = None, bind_zmq: bool = True) -> None:
@@ -90,8 +101,12 @@ class Reactor:
             self.tcp_address = _bound(stream).removeprefix("tcp://")
             if zmq_address:
                 router = self._listen(zmq.ROUTER, zmq_address, zmq_fd)
+                intake = None
+                if zmq_address.startswith("tcp://"):
+                    intake = IntakeWatch(2 * config.max_frame_length, abort_connection)
+                    self._monitor = router.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
                 self._add(RouterEndpoint(router, self._max_backlog_bytes(), self._on_channel_closed,
-                                         max_connections=config.max_connections))
+                                         config.max_frame_length, intake, max_connections=config.max_connections))
                 self.zmq_address = _bound(router)
         except BindError:
             self._close_sockets(0)
@@ -184,6 +199,11 @@ class Reactor:
             poller.register(endpoint.socket, zmq.POLLIN)
         wake_fd = self._outbox.fileno()
         poller.register(wake_fd, zmq.POLLIN)
+        monitor = self._monitor
+        router = self._endpoints.get(ZMQ_TRANSPORT)
+        intake = None if monitor is None or router is None else router.intake
+        if monitor is not None:
+            poller.register(monitor, zmq.POLLIN)
         idle_seconds = self._config.server_channel_max_idle_time_seconds
         next_sweep = time.monotonic() + IDLE_SWEEP_SECONDS
         reading = True
@@ -201,18 +221,26 @@ class Reactor:
                 timeout = BLOCKED_RETRY_MS
             else:
                 timeout = max(0.0, next_sweep - now) * 1000
+                if intake is not None and intake.intakes:
+                    timeout = min(timeout, CHECK_PERIOD * 1000)
             try:
                 events = dict(poller.poll(timeout))
                 now = time.monotonic()
+                if monitor is not None and monitor in events:
+                    self._connection_events(monitor, intake, now)
+                if intake is not None and intake.due(now):
+                    router.check_intake(now)
                 if reading:
                     jobs: list[Job] = []
                     for endpoint in endpoints:
                         if endpoint.socket in events:
                             endpoint.read(READ_BUDGET, now, jobs)
+                    self._make_room(jobs)
                     if jobs:
                         self._deliver(self._dispatcher.dispatch(jobs), now)
                 if wake_fd in events:
                     self._deliver(self._outbox.drain(), now)
+                    self._outbox.sent()
                 for endpoint in endpoints:
                     if endpoint.blocked:
                         endpoint.flush_blocked()
@@ -224,6 +252,40 @@ class Reactor:
             except Exception:  # noqa: BLE001 - the reactor is the server: log, keep serving
                 log.exception("reactor round failed")
         self._close_sockets(int(max(0.0, (self._stop_deadline or now) - time.monotonic()) * 1000))
+
+    @staticmethod
+    def _connection_events(monitor: zmq.Socket, intake: IntakeWatch, now: float) -> None:
+        """ZeroMQ's accepted and disconnected TCP connections, for the intake watch."""
+        for _ in range(READ_BUDGET):
+            try:
+                event = recv_monitor_message(monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                intake.accepted(int(event["value"]), now)
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                intake.disconnected(int(event["value"]))
+
+    def _make_room(self, jobs: list[Job]) -> None:
+        """Count the endpoints' incomplete frames into the budget; if they and this round's requests
+        would pass it, close the connections whose incomplete frames started longest ago first
+        (namesrv.remoting.budget)."""
+        budget = self._dispatcher.budget
+        endpoints = self._endpoints.values()
+        budget.incomplete = sum(endpoint.incomplete_bytes for endpoint in endpoints)
+        if not budget.incomplete:
+            return
+        excess = budget.held + sum(request.wire_size for _, request in jobs) - budget.limit
+        if excess <= 0:
+            return
+        closed = 0
+        for endpoint in endpoints:
+            before = endpoint.incomplete_bytes
+            closed += endpoint.close_incomplete(excess, budget.limit)
+            excess -= before - endpoint.incomplete_bytes
+        budget.incomplete = sum(endpoint.incomplete_bytes for endpoint in endpoints)
+        budget.evicted += closed
+        budget.report(f"{closed} connections closed for their incomplete frames")
 
     def _deliver(self, items: list[Delivery], now: float) -> None:
         """Send posted replies, all of one connection's in one message; then the requested closes."""
@@ -248,6 +310,8 @@ class Reactor:
                 endpoint.close(conn, reason)
 
     def _close_sockets(self, linger_ms: int) -> None:
+        if self._monitor is not None:
+            self._monitor.close(0)
         for endpoint in self._endpoints.values():
             endpoint.socket.close(linger_ms)
 

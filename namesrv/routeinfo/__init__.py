@@ -1,5 +1,10 @@
 """The route table: brokers, topics, liveness, and the encoded-route cache (reference section 4)."""
-from namesrv.routeinfo.manager import SYNC_BROKER_MEMBER_GROUP_PREFIX, RouteInfoManager, StaleTopicEntries
+from namesrv.routeinfo.manager import (
+    SYNC_BROKER_MEMBER_GROUP_PREFIX,
+    RouteInfoManager,
+    RouteTableFull,
+    StaleTopicEntries,
+)
 from namesrv.routeinfo.model import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
     BrokerLiveInfo,
@@ -11,5 +16,5 @@ from namesrv.routeinfo.model import (
 
 __all__ = [
     "DEFAULT_BROKER_CHANNEL_EXPIRED_TIME", "SYNC_BROKER_MEMBER_GROUP_PREFIX", "BrokerLiveInfo", "LiveKey",
-    "RemovedBroker", "RouteInfoManager", "RouteTables", "StaleTopicEntries", "now_ms",
+    "RemovedBroker", "RouteInfoManager", "RouteTableFull", "RouteTables", "StaleTopicEntries", "now_ms",
 ]

@@ -60,6 +60,10 @@ class StaleTopicEntries(Exception):
     `previous`) came after the route table changed them: decode the body in full and register again."""
 
 
+class RouteTableFull(Exception):
+    """A registration would pass maxBrokers or maxQueueDatas: refused before it changes anything."""
+
+
 def _timeout(heartbeat_timeout_millis: int | None) -> int:
     """The header's heartbeat timeout, or RocketMQ's 120 s default."""
     return DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if heartbeat_timeout_millis is None else heartbeat_timeout_millis
@@ -84,6 +88,7 @@ class RouteInfoManager:
         self._channel_keys: dict[Channel, set[LiveKey]] = {}
         self._queue_pool: dict[str, dict[QueueData, QueueData]] = {}
         self._queue_changes: dict[str, int] = {}  # per group: queue entries ever put or removed (see BrokerLiveInfo)
+        self._queue_datas = 0  # queue entries held: one per topic per group (maxQueueDatas)
         self._route_cache = RouteBodyCache(route_cache_bytes)
 
     # ------------------------------------------------------------------ registration
@@ -199,6 +204,7 @@ class RouteInfoManager:
             log.warning("refused single-topic registration of %s[%d] %s before its full registration: %s",
                         broker_name, broker_id, broker_addr, list(topics))
             return None
+        self._check_room_locked((cluster_name, broker_addr), broker_name, topics)
         self._clusters.setdefault(cluster_name, set()).add(broker_name)  # step 1
         register_first = group is None  # step 2
         if group is None:
@@ -253,6 +259,24 @@ class RouteInfoManager:
                      cluster_name, ha_server_addr)
         self._set_filters(key, filter_server_list)  # step 12
         return self._master_of_locked(group, cluster_name, broker_id)  # step 13
+
+    def _check_room_locked(self, key: LiveKey, broker_name: str, topics: dict[str, QueueFields]) -> None:
+        """RouteTableFull if registering `key` would pass maxBrokers, or its topics maxQueueDatas
+        (counted as if it applied them all: a slave's may become its group's table)."""
+        config = self._config
+        if key not in self._live and len(self._live) >= config.max_brokers:
+            raise RouteTableFull(f"{len(self._live)} brokers are registered, maxBrokers={config.max_brokers}")
+        if self._queue_datas + len(topics) > config.max_queue_datas:  # else no need to count
+            topic_queues = self._topic_queues
+            self._check_queue_room_locked(sum(1 for fields in topics.values()
+                                              if broker_name not in topic_queues.get(fields[0], ())))
+
+    def _check_queue_room_locked(self, new: int) -> None:
+        """RouteTableFull if `new` more queue entries would pass maxQueueDatas."""
+        limit = self._config.max_queue_datas
+        if self._queue_datas + new > limit:
+            raise RouteTableFull(f"{new} new topic queue entries would pass maxQueueDatas={limit} "
+                                 f"({self._queue_datas} held)")
 
     def _holds_entries_locked(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
                               entries: bytes | None) -> bool:  # also called without the lock, for a hint
@@ -499,6 +523,8 @@ class RouteInfoManager:
         with self._lock.write:
             if topic not in self._topic_queues and any(q.broker_name not in self._brokers for q in queue_datas):
                 return
+            queues = self._topic_queues.get(topic, {})
+            self._check_queue_room_locked(sum(1 for queue in queue_datas if queue.broker_name not in queues))
             for queue in queue_datas:
                 if queue.broker_name not in self._brokers:
                     return
@@ -669,6 +695,8 @@ class RouteInfoManager:
             log.debug("new topic registered: %s %s", topic, queue)
         elif queues.get(queue.broker_name) == queue:
             return False
+        if queue.broker_name not in queues:
+            self._queue_datas += 1
         pool = self._queue_pool.setdefault(queue.broker_name, {})
         queues[queue.broker_name] = pool.setdefault(queue, queue)  # thousands of topics share a few values
         self._queue_changes[queue.broker_name] = self._queue_changes.get(queue.broker_name, 0) + 1
@@ -679,6 +707,7 @@ class RouteInfoManager:
         queues = self._topic_queues.get(topic)
         if queues is None or queues.pop(broker_name, None) is None:
             return
+        self._queue_datas -= 1
         self._queue_changes[broker_name] = self._queue_changes.get(broker_name, 0) + 1
         if not queues:
             del self._topic_queues[topic]

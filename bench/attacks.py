@@ -1,0 +1,397 @@
+"""Hostile peers against a real namesrv process, each measured as issue 15 asks.
+
+For every attack: the server's peak RSS growth while it runs (sampled every 10 ms, children
+included), the worst stall a well-behaved client saw meanwhile (a route query every 20 ms on its
+own connection: the longest one took), and whether the server still answers afterwards.
+
+    python -m bench.attacks [--source TREE] [--only NAME ...] [--scale X]
+
+runs each attack against a fresh server of this checkout, or of TREE (a worktree of an older
+commit: the same attacks, before and after), with the server's defaults unless the attack names
+a setting, and prints one line per attack. tests/test_attacks.py runs them smaller, with tight
+limits, and asserts the bounds. Everything targets 127.0.0.1 and stops by itself.
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import psutil
+import zmq
+
+from namesrv.client import RemotingClient, RemotingError
+from namesrv.fastpath import body_crc32
+from namesrv.launcher import NamesrvProcess
+from namesrv.protocol import RemotingCommand, RequestCode
+from namesrv.protocol.msgpack_codec import encode_msgpack
+
+_INT32 = struct.Struct(">i")
+MiB = 1 << 20
+#: The topic the probe asks for, registered before each attack.
+PROBE_TOPIC = "ProbeTopic"
+PROBE_PERIOD = 0.02
+#: A probe request unanswered this long counts as a stall this long (and the probe reconnects).
+PROBE_TIMEOUT = 10.0
+
+
+def connect(timeout: float = PROBE_TIMEOUT) -> RemotingClient:
+    """A blocking remoting client: one connection per server address, kept until it is closed
+    (a broker's registration lasts as long as its connection)."""
+    return RemotingClient(timeout=timeout, connect_timeout=timeout)
+
+
+def registration(broker: int, topics: dict[str, tuple[int, int]], *, compressed: bool = False,
+                 body: bytes | None = None) -> tuple[dict[str, str], bytes]:
+    """(header, body) of broker number `broker`'s REGISTER_BROKER (JSON or compressed layout)."""
+    from namesrv.protocol import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
+    if body is None:
+        table = {name: TopicConfig(name, read, write) for name, (read, write) in topics.items()}
+        body = RegisterBrokerBody(TopicConfigSerializeWrapper(table, DataVersion(1, 1, 0)), []).encode(compressed)
+    header = {"brokerName": f"attacker-{broker}", "brokerAddr": f"10.9.{broker // 250}.{broker % 250}:10911",
+              "clusterName": "AttackCluster", "brokerId": "0", "haServerAddr": "10.9.0.1:10912",
+              "bodyCrc32": str(body_crc32(body)), "compressed": "true" if compressed else "false"}
+    return header, body
+
+
+@dataclass
+class Outcome:
+    name: str
+    peak_rss_growth: int = 0
+    worst_stall: float = 0.0
+    answers_after: bool = False
+    detail: str = ""
+    latencies: list[float] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (f"{self.name:<22} peak RSS +{self.peak_rss_growth / MiB:7.1f} MiB  worst stall "
+                f"{self.worst_stall * 1000:7.0f} ms  answers after: {'yes' if self.answers_after else 'NO'}  "
+                f"{self.detail}")
+
+
+class _Watch:
+    """The RSS sampler and the probe client, on threads of their own while an attack runs."""
+
+    def __init__(self, server: NamesrvProcess) -> None:
+        self._server = server
+        self._process = psutil.Process(server.pid)
+        self.base_rss = self._rss()
+        self.peak_rss = self.base_rss
+        self.latencies: list[float] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._sample, daemon=True),
+                         threading.Thread(target=self._probe, daemon=True)]
+
+    def _rss(self) -> int:
+        try:
+            processes = [self._process, *self._process.children(recursive=True)]
+            return sum(process.memory_info().rss for process in processes)
+        except psutil.Error:
+            return 0
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.01):
+            self.peak_rss = max(self.peak_rss, self._rss())
+
+    def _probe(self) -> None:
+        address = self._server.address
+        with connect() as client:
+            while not self._stop.wait(PROBE_PERIOD):
+                start = time.monotonic()
+                try:
+                    client.invoke(address, client.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": PROBE_TOPIC}))
+                except RemotingError:
+                    client.drop_connection(address)
+                self.latencies.append(time.monotonic() - start)
+
+    def __enter__(self) -> _Watch:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(PROBE_TIMEOUT + 1)
+
+
+def prepare(server: NamesrvProcess) -> RemotingClient:
+    """Register the probe's topic from a real-looking broker, whose connection must stay open for
+    its routes to stay (a closed broker connection unregisters the broker)."""
+    client = connect()
+    header, body = registration(0, {PROBE_TOPIC: (4, 4), "Other": (4, 4)})
+    header.update(brokerName="probe-broker", clusterName="ProbeCluster")
+    client.invoke(server.address, client.request(RequestCode.REGISTER_BROKER, header, body))
+    return client
+
+
+def answers(server: NamesrvProcess) -> bool:
+    with connect(timeout=5) as client:
+        try:
+            request = client.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": PROBE_TOPIC})
+            return client.invoke(server.address, request).code == 0
+        except RemotingError:
+            return False
+
+
+# ---------------------------------------------------------------------- the attacks
+# Each takes the server and a scale (1.0: the issue's sizes, where a machine can afford them) and
+# returns a detail for the report; it must leave nothing open behind.
+
+def distinct_large_headers(server: NamesrvProcess, scale: float) -> str:
+    """Class 1: distinct 1 MiB request headers, each on a connection that then closes."""
+    count = int(400 * scale)
+    for i in range(count):
+        with socket.create_connection(_host_port(server.address)) as sock:
+            command = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                              {"topic": PROBE_TOPIC, "pad": f"{i:08d}" + "x" * MiB}, opaque=i)
+            sock.sendall(command.encode())
+            _read_some(sock)
+    return f"{count} headers of 1 MiB"
+
+
+def incomplete_frames(server: NamesrvProcess, scale: float) -> str:
+    """Class 1: connections each holding most of a maximal frame, never finishing it."""
+    count, size = int(40 * scale), 15 * MiB
+    chunk = b"\0" * MiB
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection(_host_port(server.address))
+            socks.append(sock)
+            sock.sendall(_INT32.pack(16 * MiB - 4))
+            for _ in range(size // MiB):
+                sock.sendall(chunk)
+        time.sleep(1.0)
+        closed = sum(_closed(sock) for sock in socks)
+    finally:
+        for sock in socks:
+            sock.close()
+    return f"{count} connections x {size // MiB} MiB of a 16 MiB frame; {closed} closed by the server"
+
+
+def compressed_bomb(server: NamesrvProcess, scale: float) -> str:
+    """Class 2: a compressed REGISTER_BROKER whose filterServerList inflates to `[[],[],...]`."""
+    lists = int(20_000_000 * scale)
+    junk = b"[" + b"[]," * lists + b"[]]"
+    dv = b'{"counter":1,"timestamp":1,"stateVersion":0}'
+    body = zlib.compress(_INT32.pack(len(dv)) + dv + _INT32.pack(0) + _INT32.pack(len(junk)) + junk, 9)
+    del junk
+    answer = _register(server, registration(1, {}, compressed=True, body=body))
+    return f"{len(body) // 1024} KiB inflating to {3 * lists // MiB} MiB: {answer}"
+
+
+def json_lists(server: NamesrvProcess, scale: float) -> str:
+    """Class 2's uncompressed twin: a 16 MiB JSON body of `[[],[],...]` as filterServerList."""
+    lists = int(5_500_000 * scale)
+    body = (b'{"filterServerList":[' + b"[]," * lists + b'[]],"topicConfigSerializeWrapper":{"topicConfigTable":{},'
+            b'"dataVersion":{"counter":1,"timestamp":1}}}')
+    answer = _register(server, registration(1, {}, body=body))
+    return f"{len(body) // MiB} MiB body: {answer}"
+
+
+def route_table_flood(server: NamesrvProcess, scale: float) -> str:
+    """Class 3: made-up brokers each registering thousands of topics with 127-character names."""
+    brokers, topics = int(10 * scale) or 1, 20_000
+    refused = 0
+    held: list[RemotingClient] = []
+    try:
+        for broker in range(1, brokers + 1):
+            table = {f"{broker:03d}{i:07d}".ljust(127, "t"): (8, 8) for i in range(topics)}
+            refused += not _register(server, registration(broker, table, compressed=True), held).startswith("code 0")
+    finally:
+        _close_all(held)
+    return f"{brokers} brokers x {topics} topics of 127 characters; {refused} refused"
+
+
+def unread_replies(server: NamesrvProcess, scale: float) -> str:
+    """Class 4: peers asking for a large reply again and again without reading any."""
+    table = {f"Topic{i:06d}".ljust(100, "t"): (8, 8) for i in range(12_000)}
+    held: list[RemotingClient] = []
+    _register(server, registration(1, table, compressed=True), held)
+    count, asks = int(20 * scale) or 1, 300
+    request = RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, opaque=1).encode() * asks
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection(_host_port(server.address))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(5)
+            socks.append(sock)
+            try:
+                sock.sendall(request)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 10.0  # until the server has given up on every one
+        while time.monotonic() < deadline and server.log_text().count("exceed maxConnectionOutputBytes") < count:
+            time.sleep(0.1)
+        cut = server.log_text().count("exceed maxConnectionOutputBytes")
+        closed = sum(_closed(sock) for sock in socks)
+    finally:
+        for sock in socks:
+            sock.close()
+        _close_all(held)
+    return (f"{count} peers x {asks} unread topic lists of ~1.3 MB; {cut} given up on (logged), {closed} closed "
+            f"by the server")
+
+
+def zmtp_connect(address: str) -> socket.socket:
+    """A raw TCP connection that has made ZMTP 3.0's NULL handshake as a DEALER: what follows is
+    frames, sent exactly as written (libzmq's own sockets only ever send a message whole)."""
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    sock.sendall(b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\0") + bytes(32))
+    ready = b"\x05READY" + b"\x0bSocket-Type" + _INT32.pack(6) + b"DEALER"
+    sock.sendall(bytes([0x04, len(ready)]) + ready)
+    return sock
+
+
+def zmtp_frame(data: bytes, more: bool) -> bytes:
+    """One long ZMTP 3.0 message frame."""
+    return bytes([0x02 | (0x01 if more else 0)]) + struct.pack(">Q", len(data)) + data
+
+
+def zmq_multipart(server: NamesrvProcess, scale: float) -> str:
+    """Class 5: one ZeroMQ message of many frames, each under the frame limit, never finished."""
+    frames, size = int(40 * scale) or 1, 15 * MiB
+    frame = zmtp_frame(bytes(size), more=True)
+    sock = zmtp_connect(server.zmq_address)
+    sent = 0
+    try:
+        for _ in range(frames):
+            sock.sendall(frame)
+            sent += 1
+    except OSError:
+        pass
+    finally:
+        time.sleep(1.0)
+        closed = _closed(sock)
+        sock.close()
+    return (f"{sent} of {frames} frames x {size // MiB} MiB of one unfinished message; "
+            f"{'reset' if closed else 'not reset'} by the server")
+
+
+def connection_flood(server: NamesrvProcess, scale: float) -> str:
+    """Class 6: thousands of connections opened at once and held."""
+    count = int(3000 * scale)
+    socks = []
+    try:
+        for _ in range(count):
+            try:
+                socks.append(socket.create_connection(_host_port(server.address), timeout=2))
+            except OSError:
+                break
+        time.sleep(1.0)
+    finally:
+        for sock in socks:
+            sock.close()
+    return f"{len(socks)} of {count} connections opened"
+
+
+ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, object]]] = {
+    "distinct-large-headers": (distinct_large_headers, {}),
+    "incomplete-frames": (incomplete_frames, {}),
+    "compressed-bomb": (compressed_bomb, {}),
+    "json-lists": (json_lists, {}),
+    "route-table-flood": (route_table_flood, {}),
+    "unread-replies": (unread_replies, {"maxConnectionOutputBytes": 8 * MiB}),
+    "zmq-multipart": (zmq_multipart, {}),
+    "connection-flood": (connection_flood, {}),
+}
+
+
+def run(name: str, scale: float = 1.0, overrides: dict[str, object] | None = None, source: str | None = None,
+        server: NamesrvProcess | None = None) -> Outcome:
+    """One attack against a fresh server (or `server`), measured."""
+    attack, defaults = ATTACKS[name]
+    with _server(server, {**defaults, **(overrides or {})}, source) as target:
+        broker = prepare(target)
+        try:
+            time.sleep(0.3)
+            with _Watch(target) as watch:
+                detail = attack(target, scale)
+                time.sleep(0.3)
+            return Outcome(name, max(0, watch.peak_rss - watch.base_rss), max(watch.latencies, default=0.0),
+                           answers(target), detail, watch.latencies)
+        finally:
+            broker.close()
+
+
+@contextmanager
+def _server(server: NamesrvProcess | None, overrides: dict[str, object],
+            source: str | None) -> Iterator[NamesrvProcess]:
+    if server is not None:
+        yield server
+        return
+    with NamesrvProcess(overrides, source_root=source) as started:
+        yield started
+
+
+def _register(server: NamesrvProcess, header_body: tuple[dict[str, str], bytes],
+              held: list[RemotingClient] | None = None) -> str:
+    """REGISTER_BROKER on a new connection, closed after the answer unless kept in `held` (while
+    it is open, what it registered stays)."""
+    header, body = header_body
+    client = connect(timeout=120)
+    try:
+        answer = client.invoke(server.address, client.request(RequestCode.REGISTER_BROKER, header, body))
+        return f"code {answer.code} {(answer.remark or '')[:90]}"
+    except RemotingError as exc:
+        return f"connection lost: {exc}"
+    finally:
+        if held is None:
+            client.close()
+        else:
+            held.append(client)
+
+
+def _close_all(clients: list[RemotingClient]) -> None:
+    for client in clients:
+        client.close()
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, port = address.rsplit(":", 1)
+    return host, int(port)
+
+
+def _read_some(sock: socket.socket) -> None:
+    sock.settimeout(5)
+    try:
+        sock.recv(1 << 16)
+    except OSError:
+        pass
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Has the server closed (or reset) this connection? Reads what is pending without waiting."""
+    sock.setblocking(False)
+    try:
+        while True:
+            if not sock.recv(1 << 20):
+                return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", help="run the server from this checkout (an older commit's worktree)")
+    parser.add_argument("--only", nargs="*", choices=sorted(ATTACKS), help="these attacks only")
+    parser.add_argument("--scale", type=float, default=1.0, help="attack sizes relative to the issue's")
+    args = parser.parse_args(argv)
+    for name in args.only or ATTACKS:
+        print(run(name, args.scale, source=args.source).line(), flush=True)  # noqa: T201 - a report
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
