@@ -3,9 +3,10 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.dev-installed
 CONF ?= conf/namesrv.properties
 
-.PHONY: install run test bench codec-bench clean
+.PHONY: install install-dev run test bench codec-bench clean
 
 $(STAMP): requirements.txt setup.py pyproject.toml namesrv/_fastpath.pyx $(wildcard namesrv/fastpath/*.pxi)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,12 +16,19 @@ $(STAMP): requirements.txt setup.py pyproject.toml namesrv/_fastpath.pyx $(wildc
 	$(BIN)/python -c "import namesrv.fastpath as f; print('namesrv fast path:', f.IMPLEMENTATION)"
 	touch $(STAMP)
 
+# The runtime only (`make run`); tests, benchmarks and reports add requirements-dev.txt (PySpark included).
+$(DEV_STAMP): requirements-dev.txt $(STAMP)
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	touch $(DEV_STAMP)
+
 install: $(STAMP)
+
+install-dev: $(DEV_STAMP)
 
 run: $(STAMP)
 	$(BIN)/namesrv -c $(CONF)
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	NAMESRV_REQUIRE_EXTENSION=1 $(BIN)/python -m pytest
 
 # `make bench`: a fresh namesrv (namesrv.launcher), a 30-s mixed open-loop storm against it, the Spark report.
@@ -29,12 +37,12 @@ test: $(STAMP)
 BENCH_OUT := runs/bench-$(shell date +%Y%m%d-%H%M%S)
 BENCH_STORM ?= --duration 30 --warmup 5 --brokers 128 --topics 200 --queues 8 --clusters 2 --register-period 2 \
 	--heartbeat-period 1 --route-clients 5000 --route-poll-period 1
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python bench/heartbeat_storm.py --launch --runs-dir $(BENCH_OUT) --run-id storm $(BENCH_STORM)
 	$(BIN)/python bench/spark_report.py $(BENCH_OUT)/storm --out $(BENCH_OUT)/report
 	@echo "bench report: $(BENCH_OUT)/report/report.html (run directory $(BENCH_OUT)/storm)"
 
-codec-bench: $(STAMP)
+codec-bench: $(DEV_STAMP)
 	$(BIN)/python -m pytest bench/codec_bench.py -q -s --benchmark-disable-gc
 
 clean:
@@ -44,7 +52,7 @@ clean:
 FUZZ_SECONDS ?= 60
 FUZZ_STAMP := $(VENV)/.fuzz-installed
 
-$(FUZZ_STAMP): requirements-fuzz.txt $(STAMP)
+$(FUZZ_STAMP): requirements-fuzz.txt $(DEV_STAMP)
 	$(BIN)/pip install --quiet -r requirements-fuzz.txt
 	touch $(FUZZ_STAMP)
 

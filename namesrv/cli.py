@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from namesrv.config import ConfigError, NamesrvConfig, escape_property
-from namesrv.controller import NamesrvController
+from namesrv.controller import NamesrvController, validate
 from namesrv.logsetup import DEFAULT_LOG_CONFIG, UsageError, setup_logging
 from namesrv.remoting import BindError
 from namesrv.stop_signals import StopSignals
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     try:
         config = load_config(args.configFile, parse_overrides(rest))
+        validate(config)  # -p prints only what the server would start with
         if args.printConfigItem:
             sys.stdout.write(config.to_text())
             return 0

@@ -308,36 +308,70 @@ def _unescape(text: str) -> str:
     return "".join(out)
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Java `Properties.load` syntax: `key=value`, `key:value` or `key value`; `#`/`!` comments,
-    backslash escapes and line continuations."""
-    logical: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
+def _entries(lines: list[str]) -> list[tuple[int, int, str, str]]:
+    """(first line, line after the last, key, value) of every entry of Java `Properties.load`
+    syntax: `key=value`, `key:value` or `key value`; `#`/`!` comments, backslash escapes and
+    line continuations."""
+    entries: list[tuple[int, int, str, str]] = []
+    pending: str | None = None
+    first = 0
+    for index, raw in enumerate(lines):
         line = raw.lstrip(" \t\f")
-        if not pending and (not line or line[0] in "#!"):
-            continue
+        if pending is None:
+            if not line or line[0] in "#!":
+                continue
+            pending, first = "", index
         trailing = len(line) - len(line.rstrip("\\"))
         if trailing % 2 == 1:
             pending += line[:-1]
             continue
-        logical.append(pending + line)
-        pending = ""
-    if pending:
-        logical.append(pending)
-    result: dict[str, str] = {}
-    for line in logical:
-        match = _KEY_END.search(line)
-        if match is None:
-            key, value = line, ""
+        entries.append((first, index + 1, *_split_entry(pending + line)))
+        pending = None
+    if pending is not None:
+        entries.append((first, len(lines), *_split_entry(pending)))
+    return entries
+
+
+def _split_entry(line: str) -> tuple[str, str]:
+    match = _KEY_END.search(line)
+    if match is None:
+        return _unescape(line), ""
+    rest = line[match.start():].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return _unescape(line[:match.start()]), _unescape(rest)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """A properties file's entries (Java `Properties.load` syntax; the last of a repeated key wins)."""
+    return {key: value for _, _, key, value in _entries(text.splitlines())}
+
+
+def update_properties(text: str, properties: dict[str, str]) -> str:
+    """`text` with the entries of `properties` set: an entry already there is rewritten in place
+    (the last, which is the one read; earlier repeats are left as they are), any other appended;
+    every other line, comments included, stays as it was."""
+    lines = text.splitlines()
+    last = {key: (start, end) for start, end, key, _ in _entries(lines)}
+    replaced: dict[int, tuple[int, str]] = {}
+    appended = []
+    for key, value in properties.items():
+        line = f"{key}={escape_property(value)}"
+        if key in last:
+            start, end = last[key]
+            replaced[start] = (end, line)
         else:
-            key = line[:match.start()]
-            rest = line[match.start():].lstrip(" \t\f")
-            if rest[:1] in ("=", ":"):
-                rest = rest[1:].lstrip(" \t\f")
-            value = rest
-        result[_unescape(key)] = _unescape(value)
-    return result
+            appended.append(line)
+    out: list[str] = []
+    index = 0
+    while index < len(lines):
+        if index in replaced:
+            index, line = replaced[index]
+            out.append(line)
+            continue
+        out.append(lines[index])
+        index += 1
+    return "\n".join(out + appended) + "\n"
 
 
 def escape_property(value: str) -> str:

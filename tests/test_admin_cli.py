@@ -121,6 +121,21 @@ def test_get_and_update_namesrv_config(cluster) -> None:
     assert refused.stderr.count("response code 16") == 2
 
 
+def test_an_update_against_a_server_run_from_the_repos_config_file_changes_one_line(namesrv_factory,
+                                                                                    tmp_path) -> None:
+    """`make run`'s situation: -c conf/namesrv.properties plus command-line overrides (port, KV file).
+    The update rewrites its one line; comments, layout and the overrides stay out of the file."""
+    config_file = tmp_path / "namesrv.properties"
+    original = (ROOT / "conf" / "namesrv.properties").read_text(encoding="utf-8")
+    config_file.write_text(original, encoding="utf-8")
+    server = namesrv_factory(config_file=config_file, configStorePath=config_file)  # plus listenPort, kvConfigPath
+    admin("updateNamesrvConfig", "-n", server.address, "-k", "orderMessageEnable", "-v", "true", "--json")
+    updated = config_file.read_text(encoding="utf-8")
+    assert updated == original.replace("\norderMessageEnable=false\n", "\norderMessageEnable=true\n")
+    assert server.address.rsplit(":", 1)[1] not in updated and "kvConfig.json" not in updated.replace(
+        "~/namesrv/kvConfig.json", "")
+
+
 def test_a_dead_namesrv_is_reported_per_server(cluster, namesrv_factory) -> None:
     servers, _ = cluster
     dead = namesrv_factory()

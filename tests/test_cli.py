@@ -82,6 +82,16 @@ def test_bad_command_lines_fail_with_one_line_and_exit_2(args: list[str], needle
     assert_usage_error(namesrv(*args), *needles)
 
 
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--listenPort=70000"], "0-65535"),
+    (["--serverWorkerProcesses=0"], "at least 1"),
+    (["--serverWorkerProcesses=256"], "at most 255"),
+    (["--clusterTest=true"], "not implemented"),
+])
+def test_print_config_refuses_what_startup_refuses(args: list[str], needle: str) -> None:
+    assert_usage_error(namesrv(*args, "-p"), needle)
+
+
 def test_a_bad_key_in_the_config_file_is_named(tmp_path) -> None:
     config_file = tmp_path / "bad.properties"
     config_file.write_text("listenPort=9876\nlistenPortt=1\n", encoding="utf-8")

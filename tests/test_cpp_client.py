@@ -24,7 +24,7 @@ from namesrv.protocol import (
     TopicConfigSerializeWrapper,
 )
 
-pytest.importorskip("rocketmq.client", reason="rocketmq==0.4.4 (rocketmq-client-cpp) is in requirements.txt")
+pytest.importorskip("rocketmq.client", reason="rocketmq==0.4.4 (rocketmq-client-cpp) is in requirements-dev.txt")
 
 FETCH_QUEUES = r"""
 import ctypes, json, os, sys

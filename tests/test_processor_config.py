@@ -57,9 +57,21 @@ def test_allowed_update_is_applied_and_persisted_atomically(ns):
     response = ns.update(b"# switches\norderMessageEnable = true\nenableTopicList:false\n")
     assert (response.code, response.remark, response.ext_fields) == (0, None, None)
     assert ns.config.order_message_enable is True and ns.config.enable_topic_list is False
-    assert parse_properties(ns.store.read_text()) == ns.config.to_properties()
+    assert parse_properties(ns.store.read_text()) == {"orderMessageEnable": "true", "enableTopicList": "false"}
     assert sorted(p.name for p in ns.store.parent.iterdir()) == ["namesrv.properties"]  # no temp file left
     assert "orderMessageEnable=true" in ns.get().body.decode()
+
+
+def test_an_update_rewrites_only_its_keys_in_the_operators_file(ns):
+    """Comments, layout, other keys and repeats stay; command-line values never reach the file."""
+    ns.store.parent.mkdir(parents=True, exist_ok=True)
+    operators = ("# my NameServer\nlistenPort = 9876\n\n# order routes\norderMessageEnable=false\n"
+                 "#enableTopicList=true\nkvConfigPath=/srv/kv.json\n")
+    ns.store.write_text(operators)
+    ns.config.listen_port = 39876  # as a --listenPort=39876 override would have it
+    assert ns.update(b"orderMessageEnable=true\nenableTopicList=false\n").code == 0
+    assert ns.store.read_text() == operators.replace("orderMessageEnable=false", "orderMessageEnable=true") + \
+        "enableTopicList=false\n"
 
 
 def test_empty_update_changes_nothing(ns):

@@ -262,17 +262,28 @@ def test_get_namesrv_config_redacts_the_token(tmp_path):
     assert parse_properties(Namesrv(tmp_path).call(RequestCode.GET_NAMESRV_CONFIG).body.decode())["adminToken"] == ""
 
 
-def test_a_persisted_config_keeps_the_token_readable_by_the_owner_only(tmp_path):
+def test_a_persisted_config_keeps_the_operators_token_line_and_permissions(tmp_path):
+    """An update rewrites only its own keys: the operator's token stays in the file (a restart stays
+    guarded), the file keeps the owner-only mode it was given, and a token given on the command
+    line is never written anywhere."""
     ns = Namesrv(tmp_path, admin_token=TOKEN)
+    store = ns.config.config_store_path
+    with open(store, "w", encoding="utf-8") as file:
+        file.write(f"adminToken={TOKEN}\n")
+    os.chmod(store, 0o600)
     response = ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, {ADMIN_TOKEN_FIELD: TOKEN}, b"enableTopicList=false\n")
     assert response.code == ResponseCode.SUCCESS, response.remark
-    store = ns.config.config_store_path
-    assert parse_properties(open(store, encoding="utf-8").read())["adminToken"] == TOKEN  # a restart stays guarded
-    assert stat.S_IMODE(os.stat(store).st_mode) & 0o077 == 0
+    assert open(store, encoding="utf-8").read() == f"adminToken={TOKEN}\nenableTopicList=false\n"
+    assert stat.S_IMODE(os.stat(store).st_mode) == 0o600
     os.chmod(store, 0o400)  # an operator's tighter choice survives the next rewrite
     assert ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, {ADMIN_TOKEN_FIELD: TOKEN}, b"enableTopicList=true\n").code == 0
     assert stat.S_IMODE(os.stat(store).st_mode) == 0o400
     assert parse_properties(open(store, encoding="utf-8").read())["enableTopicList"] == "true"
+
+    overridden = Namesrv(tmp_path / "other", admin_token=TOKEN)  # the token from the command line only
+    assert overridden.call(RequestCode.UPDATE_NAMESRV_CONFIG, {ADMIN_TOKEN_FIELD: TOKEN},
+                           b"enableTopicList=false\n").code == 0
+    assert TOKEN not in open(overridden.config.config_store_path, encoding="utf-8").read()
 
 
 # ---------------------------------------------------------------- replays of the public exploits

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import copy
 import logging
+from pathlib import Path
 
 from namesrv.channel import Channel
-from namesrv.config import ConfigError, NamesrvConfig, parse_properties
+from namesrv.config import ConfigError, NamesrvConfig, parse_properties, update_properties
 from namesrv.kvconfig import write_atomically
 from namesrv.processor.context import Change, HandlerContext, Refusal, WriteHandler
 from namesrv.protocol.codes import ResponseCode
@@ -59,13 +60,24 @@ def _apply_config_update(ctx: HandlerContext, properties: Change, channel: Chann
         except ConfigError as exc:
             return Refusal(ResponseCode.SYSTEM_ERROR, str(exc))
         if ctx.persist:
-            # The file is what a restart reads: secrets in full, readable by the owner only.
-            write_atomically(updated.config_store_path, updated.to_text(reveal_secrets=True).encode("utf-8"),
-                             mode=0o600 if updated.admin_token else 0o644)
+            _persist(updated, properties)  # an error refuses the update (RequestProcessor.apply)
         ctx.config.apply(properties)
     where = f"written to {updated.config_store_path}" if ctx.persist else "in memory; the sequencer wrote the file"
     log.warning("namesrv config updated by %s: %s (%s)", channel, properties, where)
     return None
+
+
+def _persist(updated: NamesrvConfig, properties: dict[str, str]) -> None:
+    """Rewrite only the updated keys in the config file, in place (comments, layout and every other
+    key as the operator wrote them; command-line overrides never reach it), atomically. RocketMQ
+    writes every effective key, command-line ones included, and drops the comments."""
+    path = Path(updated.config_store_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    values = updated.to_properties(reveal_secrets=True)
+    write_atomically(path, update_properties(text, {key: values[key] for key in properties}).encode("utf-8"))
 
 
 update_namesrv_config = WriteHandler(_prepare_config_update, _apply_config_update)
