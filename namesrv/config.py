@@ -28,6 +28,15 @@ class ConfigError(ValueError):
         self.key = key
 
 
+def split_address(address: str) -> tuple[str, int]:
+    """`host:port` (IPv6 as `[::1]:9880`, an empty host for every interface) as a socket address;
+    ValueError naming what is wrong."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected host:port, got {address!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 def _key(doc: str, default: Any, remote: bool = False, locked: bool = False, secret: bool = False,
          check: Callable[[Any], object] | None = None) -> Any:
     """A config field with its one-line doc. `remote`: UPDATE_NAMESRV_CONFIG may change it;
@@ -129,6 +138,14 @@ class NamesrvConfig:
     max_connections: int = _key(
         "Most open connections per endpoint (TCP connections; ZeroMQ peers). One more is closed at once (a "
         "ZeroMQ peer cannot be closed: its messages are dropped unanswered) and logged; 0 = no limit.", 10000,
+        locked=True)
+    http_listen_address: str = _key(
+        "host:port of the operator's HTTP port: /health, /ready (needWaitForService done) and RocketMQ's "
+        "address service /rocketmq/<subgroup> (namesrvAddressList); empty disables it.", "0.0.0.0:9880",
+        locked=True, check=lambda value: value and split_address(value))
+    namesrv_address_list: str = _key(
+        "The NameServer addresses (;-separated host:port) the address service answers RocketMQ clients "
+        "started with -Drocketmq.namesrv.domain=<this host>:<http port> and no namesrvAddr; empty: 404.", "",
         locked=True)
     zmq_curve_secret_key_file: str = _key(
         "The server's CURVE key pair for the ZeroMQ endpoint: a .key_secret file from "

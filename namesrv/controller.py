@@ -24,6 +24,7 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
 from namesrv.processor import WRITE_CODES, RequestProcessor
 from namesrv.processor.requests import POOL_OF
+from namesrv.operator_http import OperatorHttp
 from namesrv.remoting import BindError, Outbox, Reactor, RequestBudget, RequestDispatcher
 from namesrv.remoting.curve import exposed_without_curve
 from namesrv.remoting.reactor import tcp_endpoint
@@ -135,6 +136,10 @@ class NamesrvController:
                                self.routes.on_channel_destroy if self.bus is None else self.bus.propose_close,
                                selector_threads(config, 1 if worker is None else worker.workers),
                                decode=self.processor.inline.answer_all)
+        #: The operator's HTTP port: one per server (worker 0's with worker processes).
+        self.http = None
+        if config.http_listen_address and (worker is None or worker.index == 0):
+            self.http = OperatorHttp(config.http_listen_address, self.readiness, lambda: config.namesrv_address_list)
         self._tasks = PeriodicTasks()
         self._tasks.add("scanNotActiveBroker", config.scan_not_active_broker_interval / 1000,
                         self.scan_not_active_brokers)
@@ -149,6 +154,8 @@ class NamesrvController:
         A worker process loads the KV file, gets in step with its siblings (SyncError if it
         cannot), then serves the shared ports; the supervisor logs the boot line.
         """
+        if self.http is not None:
+            self.http.bind()
         if self.bus is None:
             self.reactor.bind()
             self.kv.load()
@@ -168,6 +175,8 @@ class NamesrvController:
         self.dispatcher.start()
         self.reactor.start()
         self._tasks.start()
+        if self.http is not None:
+            self.http.start()
         if self._descriptor_warning is not None:
             log.warning("%s", self._descriptor_warning)
         zmq_address = self.reactor.zmq_address
@@ -175,8 +184,9 @@ class NamesrvController:
             log.warning("the ZeroMQ endpoint %s accepts unauthenticated peers from the network: set "
                         "zmqCurveSecretKeyFile and zmqCurveAllowedClientsDir, or bind it to 127.0.0.1", zmq_address)
         if self.bus is None:
-            log.info("The Name Server boot success. serializeType=JSON, address %s, zmq %s",
-                     self.reactor.tcp_address, self.reactor.zmq_address or "disabled")
+            log.info("The Name Server boot success. serializeType=JSON, address %s, zmq %s, http %s",
+                     self.reactor.tcp_address, self.reactor.zmq_address or "disabled",
+                     self.http.bound if self.http is not None else "disabled")
         else:
             zmq_address = self.reactor.zmq_address or ("worker 0's" if self.config.zmq_listen_address else "disabled")
             log.info("worker %d (pid %d, generation %d) serving: address %s, zmq %s", self.bus.role.index,
@@ -209,7 +219,16 @@ class NamesrvController:
             if removed.channel is not None:
                 self.outbox.close_channel(removed.channel, f"broker {removed.broker_addr} expired")
 
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """What /ready answers: route queries are answered (needWaitForService done), with the table's sizes."""
+        ready = self.processor.serving_routes()
+        wait = self.config.wait_seconds_for_service
+        details: dict[str, object] = {} if ready else {"reason": f"needWaitForService: waiting {wait} s after start"}
+        return ready, {**details, **self.routes.sizes()}
+
     def shutdown(self) -> None:
+        if self.http is not None:
+            self.http.stop()  # probes fail from now on: a load balancer stops sending clients here
         self.reactor.pause_reading()
         log.info("shutting down: no new requests; finishing the accepted ones (open connections: %s)",
                  ", ".join(f"{count} {transport}" for transport, count in self.reactor.connection_counts().items()))

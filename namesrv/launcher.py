@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 #: The line NamesrvController logs once both endpoints are bound and the reactor runs.
-BOOT_LINE = re.compile(r"The Name Server boot success\. serializeType=\w+, address (?P<address>\S+), zmq (?P<zmq>\S+)")
+BOOT_LINE = re.compile(r"The Name Server boot success\. serializeType=\w+, address (?P<address>\S+), "
+                       r"zmq (?P<zmq>[^\s,]+)(?:, http (?P<http>\S+))?")
 _SOURCE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -58,6 +59,8 @@ class NamesrvProcess:
             "kvConfigPath": self.workdir / "kvConfig.json",
             "configStorePath": self.workdir / "namesrv.properties",
         }
+        if source_root is None:  # an older checkout may not know the key
+            settings["httpListenAddress"] = "127.0.0.1:0"
         settings.update(overrides or {})
         self.command = [sys.executable, "-m", "namesrv"]
         if config_file is not None:
@@ -69,6 +72,8 @@ class NamesrvProcess:
         self._process: subprocess.Popen[bytes] | None = None
         self.address = ""
         self.zmq_address: str | None = None
+        #: "http://host:port" of the operator's HTTP port, None when disabled (after start()).
+        self.http_url: str | None = None
 
     # ---- life cycle
     def start(self) -> NamesrvProcess:
@@ -93,6 +98,8 @@ class NamesrvProcess:
         host, port = match["address"].rsplit(":", 1)
         self.address = f"{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
         self.zmq_address = None if match["zmq"] == "disabled" else match["zmq"].replace("0.0.0.0", "127.0.0.1")
+        http = match["http"]
+        self.http_url = None if http in (None, "disabled") else "http://" + http.replace("0.0.0.0", "127.0.0.1")
         return self
 
     @property

@@ -13,12 +13,15 @@ from namesrv.config import parse_properties
 from namesrv.protocol import RequestCode, ResponseCode
 
 
-def test_boot_line_names_both_bound_endpoints(namesrv_factory) -> None:
+def test_boot_line_names_every_bound_endpoint(namesrv_factory) -> None:
     server = namesrv_factory()
-    match = server.wait_for_log(r"The Name Server boot success\. serializeType=JSON, address (\S+), zmq (\S+)")
+    match = server.wait_for_log(r"The Name Server boot success\. serializeType=JSON, address (\S+), zmq (\S+), "
+                                r"http (\S+)")
     assert match.group(1) == server.address
     assert match.group(2) == server.zmq_address
     assert re.fullmatch(r"tcp://127\.0\.0\.1:\d+", server.zmq_address)
+    assert "http://" + match.group(3) == server.http_url
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", server.http_url)
 
 
 def test_a_port_picked_by_the_kernel_is_the_configured_port(namesrv_factory, raw_connect) -> None:

@@ -27,6 +27,11 @@ class HandlerContext:
     #: Serialises UPDATE_NAMESRV_CONFIG so two updates cannot interleave their file writes.
     config_lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def waiting_for_service(self) -> bool:
+        """Inside the needWaitForService window: route queries are refused ("name server not ready")."""
+        config = self.config
+        return config.need_wait_for_service and self.clock() - self.started_ms < config.wait_seconds_for_service * 1000
+
 
 #: A request handler: decoded request (and the connection it came on) -> response.
 Handler = Callable[[HandlerContext, RemotingCommand, Channel], RemotingCommand]

@@ -40,6 +40,10 @@ class RequestProcessor:
         #: Requests answered from raw frames (the reactor's shortcut past `process`).
         self.inline = InlineAnswers(self._ctx, self.process, registrations=inline_writes)
 
+    def serving_routes(self) -> bool:
+        """Are route queries answered (past the needWaitForService window)?"""
+        return not self._ctx.waiting_for_service()
+
     def process(self, request: RemotingCommand, channel: Channel, retry: bool = True) -> RemotingCommand | None:
         """The response to `request` (also for oneway requests: the server drops it). `retry=False`:
         None, nothing changed, for a write whose hinted change does not apply (`WriteHandler`)."""

@@ -29,7 +29,7 @@ def wants_standard_json(version: int, accept_standard_json_only: str | None) -> 
 def get_routeinfo_by_topic(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
     """The route in the flavour the client parses: standard JSON from 4.9.4 on (or when asked), else legacy."""
     config = ctx.config
-    if config.need_wait_for_service and ctx.clock() - ctx.started_ms < config.wait_seconds_for_service * 1000:
+    if ctx.waiting_for_service():
         return request.make_response(ResponseCode.SYSTEM_ERROR, "name server not ready")
     header = RequestHeader(request)
     topic = header.required_text("topic")

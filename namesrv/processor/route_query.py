@@ -63,10 +63,7 @@ class RouteQueryFastPath:
 
     def serving(self) -> bool:
         """False inside the needWaitForService window (the regular path answers "name server not ready")."""
-        ctx = self._ctx
-        config = ctx.config
-        return not (config.need_wait_for_service
-                    and ctx.clock() - ctx.started_ms < config.wait_seconds_for_service * 1000)
+        return not self._ctx.waiting_for_service()
 
     def cached_body(self, query: object, route_query: type = RouteQuery) -> bytes | None:
         """The route body `query` is answered with, if it is a route query and its route is cached.

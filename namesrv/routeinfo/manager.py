@@ -639,6 +639,11 @@ class RouteInfoManager:
             return TopicList([topic for topic, queues in self._topic_queues.items()
                               if selected(next(iter(queues.values())).topic_sys_flag)])
 
+    def sizes(self) -> dict[str, int]:
+        """How much the route table holds (no lock: each count is read at once)."""
+        return {"brokers": len(self._live), "clusters": len(self._clusters), "brokerGroups": len(self._brokers),
+                "topics": len(self._topic_queues), "queueDatas": self._queue_datas}
+
     def snapshot(self) -> RouteTables:
         with self._lock.read:
             return self._snapshot_locked()
