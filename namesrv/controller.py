@@ -24,6 +24,7 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
 from namesrv.processor import WRITE_CODES, RequestProcessor
 from namesrv.processor.requests import POOL_OF
+from namesrv.metrics import ServerState, exposition
 from namesrv.operator_http import OperatorHttp
 from namesrv.remoting import BindError, Outbox, Reactor, RequestBudget, RequestDispatcher
 from namesrv.remoting.curve import exposed_without_curve
@@ -139,7 +140,9 @@ class NamesrvController:
         #: The operator's HTTP port: one per server (worker 0's with worker processes).
         self.http = None
         if config.http_listen_address and (worker is None or worker.index == 0):
-            self.http = OperatorHttp(config.http_listen_address, self.readiness, lambda: config.namesrv_address_list)
+            metrics = exposition(ServerState(self.routes, self.kv, self.reactor, self.dispatcher))
+            self.http = OperatorHttp(config.http_listen_address, self.readiness,
+                                     lambda: config.namesrv_address_list, metrics)
         self._tasks = PeriodicTasks()
         self._tasks.add("scanNotActiveBroker", config.scan_not_active_broker_interval / 1000,
                         self.scan_not_active_brokers)

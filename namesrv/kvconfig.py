@@ -79,6 +79,11 @@ class KVConfigManager:
         view._table, view._lock, view._persist_lock = self._table, self._lock, self._persist_lock
         return view
 
+    def entry_count(self) -> int:
+        """How many key/value entries all namespaces hold."""
+        with self._lock:
+            return sum(map(len, self._table.values()))
+
     def export_table(self) -> dict[str, dict[str, str | None]]:
         """A copy of the whole table (what a restarted worker process copies from a sibling)."""
         with self._lock:

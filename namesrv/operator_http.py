@@ -6,6 +6,7 @@
   needWaitForService window, which lets brokers re-register before clients are sent here), else
   503 `{"status": "NOT_READY", "reason": ...}`; both with the route table's sizes, for a readiness
   probe or a load balancer.
+* `GET /metrics`: Prometheus's text format (namesrv.metrics).
 * `GET /rocketmq/<subgroup>`: the `namesrvAddressList` as text/plain, what a RocketMQ client
   started without a name server address fetches from `http://{rocketmq.namesrv.domain}/rocketmq/
   {rocketmq.namesrv.domain.subgroup}` (MixAll.getWSAddr; subgroup `nsaddr` by default), so a fleet
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from namesrv.config import split_address
+from namesrv.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from namesrv.remoting import BindError
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,8 @@ class _Handler(BaseHTTPRequestHandler):
             ready, details = service.readiness()
             status = {"status": "READY"} if ready else {"status": "NOT_READY"}
             self._reply(200 if ready else 503, "application/json", json.dumps({**status, **details}))
+        elif path == "/metrics":
+            self._reply(200, METRICS_CONTENT_TYPE, service.metrics())
         elif path.startswith("/rocketmq/") and "/" not in path[len("/rocketmq/"):]:
             addresses = service.addresses()
             if addresses:
@@ -80,10 +84,11 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._reply(404, "text/plain; charset=utf-8", "namesrvAddressList is not set\n")
         else:
-            self._reply(404, "text/plain; charset=utf-8", "not found: /health, /ready, /rocketmq/<subgroup>\n")
+            self._reply(404, "text/plain; charset=utf-8",
+                        "not found: /health, /ready, /metrics, /rocketmq/<subgroup>\n")
 
-    def _reply(self, code: int, content_type: str, text: str) -> None:
-        body = text.encode("utf-8")
+    def _reply(self, code: int, content_type: str, text: str | bytes) -> None:
+        body = text.encode("utf-8") if isinstance(text, str) else text
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -98,10 +103,12 @@ class _Handler(BaseHTTPRequestHandler):
 class OperatorHttp:
     """The HTTP port, served on a thread of its own (its answers never wait on the reactor)."""
 
-    def __init__(self, address: str, readiness: Readiness, addresses: Callable[[], str]) -> None:
+    def __init__(self, address: str, readiness: Readiness, addresses: Callable[[], str],
+                 metrics: Callable[[], bytes]) -> None:
         self._address = address
         self.readiness = readiness
         self.addresses = addresses
+        self.metrics = metrics
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         #: "host:port" actually bound (after bind()).

@@ -39,9 +39,16 @@ def test_health_and_readiness_with_the_route_tables_sizes(namesrv_factory) -> No
         assert (status, kind) == (200, "application/json")
         assert json.loads(body) == {"status": "READY", "brokers": 1, "clusters": 1, "brokerGroups": 1, "topics": 3,
                                     "queueDatas": 3}
+        status, kind, metrics = get(server.http_url + "/metrics")
+        assert (status, kind) == (200, "text/plain; version=0.0.4; charset=utf-8")
+        samples = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if line and not line.startswith("#"))
+        assert float(samples["namesrv_brokers"]) == 1 and float(samples["namesrv_topics"]) == 3
+        assert float(samples['namesrv_connections{transport="tcp"}']) >= 1
+        assert float(samples["process_resident_memory_bytes"]) > 10 << 20
+        assert float(samples["namesrv_in_flight_limit_bytes"]) == 256 << 20
     finally:
         broker.close()
-    assert get(server.http_url + "/metrics")[0] == 404
+    assert get(server.http_url + "/nothing")[0] == 404
 
 
 def test_not_ready_while_waiting_for_brokers_to_re_register(namesrv_factory) -> None:

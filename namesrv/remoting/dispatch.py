@@ -72,7 +72,13 @@ class RequestDispatcher:
         self._by_code = {code: pools[pool] for code, pool in pool_of.items()}
         self._oneway = threading.BoundedSemaphore(config.server_oneway_semaphore_value)
         self._oneway_dropped = 0
+        #: Requests refused because their executor's queue was full, since start.
+        self.queue_full = 0
         self._oneway_dropped_logged = 0.0
+
+    @property
+    def executors(self) -> tuple[BoundedExecutor[Job], ...]:
+        return self._executors
 
     def start(self) -> None:
         for executor in self._executors:
@@ -127,6 +133,7 @@ class RequestDispatcher:
                 else:
                     busy.append(self._busy(job, OVERLOAD_REMARK))
             if accepted < len(batch):
+                self.queue_full += len(batch) - accepted
                 log.warning("%s queue full (%d): %d requests refused with SYSTEM_BUSY", executor.name,
                             executor.capacity, len(batch) - accepted)
         return busy

@@ -123,7 +123,8 @@ class Endpoint:
         self._max_backlog_bytes = max_backlog_bytes
         self._on_closed = on_closed
         self._max_connections = max_connections
-        self._refused = 0
+        #: Newcomers turned away for maxConnections, since start.
+        self.refused = 0
         self._refused_logged = -REFUSED_LOG_PERIOD
         #: Connections holding an incomplete frame, the one whose frame started longest ago first.
         self.incomplete: dict[bytes, Connection] = {}
@@ -159,11 +160,11 @@ class Endpoint:
         limit = self._max_connections
         if not limit or len(self.connections) < limit:
             return False
-        self._refused += 1
+        self.refused += 1
         if now - self._refused_logged >= REFUSED_LOG_PERIOD:
             self._refused_logged = now
             log.warning("refused %s connection %s: maxConnections (%d) are open (%d refused so far)",
-                        self.transport, peer or "(peer already gone)", limit, self._refused)
+                        self.transport, peer or "(peer already gone)", limit, self.refused)
         return True
 
     def _touch(self, conn: Connection, now: float) -> None:

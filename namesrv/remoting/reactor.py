@@ -142,6 +142,10 @@ class Reactor:
         """The ZeroMQ endpoint authenticates its peers (CURVE)."""
         return self._curve is not None
 
+    def refused_counts(self) -> dict[str, int]:
+        """Connections turned away for maxConnections since start, per transport."""
+        return {transport: endpoint.refused for transport, endpoint in self._endpoints.items()}
+
     def connection_counts(self) -> dict[str, int]:
         """Open connections per transport (a snapshot; exact only from the reactor thread or once it stopped)."""
         return {transport: len(endpoint.connections) for transport, endpoint in self._endpoints.items()}
