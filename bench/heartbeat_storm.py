@@ -24,7 +24,9 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -76,6 +78,10 @@ class StormSettings:
     extra_meta: dict = field(default_factory=dict)
     #: Start a fresh namesrv (namesrv.launcher) with these config overrides for this run; None = use `address`.
     launch: dict[str, str] | None = None
+    #: The server's Prometheus endpoint, scraped before the fleet starts and at 90 % of the measured
+    #: window (before the fleet unregisters) into the run directory (metrics-start.prom,
+    #: metrics-end.prom); with `launch`, the launched server's.
+    metrics_url: str | None = None
 
     def validate(self) -> tuple[str, int]:
         """(host, port) of the target, or ValueError naming what is wrong."""
@@ -117,7 +123,8 @@ def run_storm(settings: StormSettings) -> StormResult:
     with tempfile.TemporaryDirectory(prefix="storm-namesrv-") as workdir:
         server = NamesrvProcess(settings.launch, workdir=workdir)
         with server:
-            result = _storm(replace(settings, address=server.address, server_pid=server.pid,
+            metrics_url = None if server.http_url is None else server.http_url + "/metrics"
+            result = _storm(replace(settings, address=server.address, server_pid=server.pid, metrics_url=metrics_url,
                                     extra_meta={**settings.extra_meta, "launched": {"overrides": settings.launch}}))
         shutil.copyfile(server.log_path, result.run_dir / "server.log")
     return result
@@ -139,9 +146,10 @@ def _storm(settings: StormSettings) -> StormResult:
     processes = [context.Process(target=worker_main, args=(plan, messages, go, start_value),
                                  name=f"storm-worker-{plan.index}", daemon=True) for plan in plans]
     load_before = os.getloadavg()
+    scrapes = {"metrics-start.prom": _scrape(settings.metrics_url)}
     for process in processes:
         process.start()
-    sampler = None
+    sampler = end_scrape = None
     try:
         warmup_answers = _wait_ready(messages, len(processes), processes)
         start_ns = time.monotonic_ns() + SECOND // 5
@@ -154,8 +162,15 @@ def _storm(settings: StormSettings) -> StormResult:
             trees["server"] = lambda: [server_pid]
         sampler = ResourceSampler(trees, run.add_resource, measure_start_ns)
         sampler.start()
+        # the end scrape near the end of the measured window, before the fleet unregisters
+        end_scrape = threading.Timer((measure_start_ns - time.monotonic_ns()) / SECOND + 0.9 * settings.duration_s,
+                                     lambda: scrapes.update({"metrics-end.prom": _scrape(settings.metrics_url)}))
+        end_scrape.start()
         done = _collect(settings, run, messages, processes, measure_start_ns)
     finally:
+        if end_scrape is not None:
+            end_scrape.cancel()
+            end_scrape.join()
         if sampler is not None:
             sampler.stop()
         for process in processes:
@@ -163,6 +178,7 @@ def _storm(settings: StormSettings) -> StormResult:
             if process.is_alive():
                 process.kill()
                 process.join()
+    scrapes.setdefault("metrics-end.prom", _scrape(settings.metrics_url))
     summary = summarize(run, settings.duration_s)
     meta = {
         "tool": "bench/heartbeat_storm.py",
@@ -184,10 +200,26 @@ def _storm(settings: StormSettings) -> StormResult:
         "generator": {"python": platform.python_version(), "namesrv_package": namesrv.__version__,
                       "fastpath": fastpath.IMPLEMENTATION, "hdrhistogram": metadata.version("hdrhistogram")},
         "summary": summary,
+        "server_metrics": {"url": settings.metrics_url,
+                           **{name: (name if isinstance(text, bytes) else text) for name, text in scrapes.items()}},
         **settings.extra_meta,
     }
     run_dir = run.write(settings.runs_dir / run_id, meta, start_epoch_s)
+    for name, text in scrapes.items():
+        if isinstance(text, bytes):
+            (run_dir / name).write_bytes(text)
     return StormResult(run_dir, summary)
+
+
+def _scrape(url: str | None) -> bytes | str | None:
+    """The server's metrics as exposed (bytes), why they could not be read (str), or None without a URL."""
+    if url is None:
+        return None
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.read(16 << 20)
+    except (OSError, ValueError) as exc:
+        return f"not scraped: {exc}"
 
 
 def _plans(settings: StormSettings, host: str, port: int) -> list[WorkerPlan]:
@@ -370,6 +402,8 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     defaults = FleetShape()
     target = parser.add_argument_group("target and run")
     target.add_argument("--address", default="127.0.0.1:9876", help="NameServer host:port")
+    target.add_argument("--metrics-url", help="the server's /metrics, scraped at the start and end of the run "
+                        "(default with --launch: the launched server's)")
     target.add_argument("--launch", action="store_true",
                         help="start a fresh namesrv on a free 127.0.0.1 port for this run (ignores --address)")
     target.add_argument("--server-set", action="append", default=[], metavar="KEY=VALUE",
@@ -420,7 +454,8 @@ def settings_from_args(args: argparse.Namespace) -> StormSettings:
                          in_flight=args.in_flight, max_requests=args.max_requests, runs_dir=args.runs_dir,
                          run_id=args.run_id, server_pid=args.server_pid, allow_remote=args.allow_remote,
                          progress=not args.no_progress, seed=args.seed,
-                         launch=parse_overrides(args.server_set) if args.launch else None)
+                         launch=parse_overrides(args.server_set) if args.launch else None,
+                         metrics_url=args.metrics_url)
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:

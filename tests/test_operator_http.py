@@ -3,6 +3,7 @@ address service RocketMQ clients fetch name server lists from, and its bound on 
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import socket
@@ -147,3 +148,17 @@ def test_a_java_producer_without_a_namesrv_address_finds_it_through_the_address_
         assert f"namesrv [{server.address}]" in result.stdout and "status SEND_OK" in result.stdout
     finally:
         subprocess.run([RMQ / "bin" / "stop", "broker-addr"], env=env, capture_output=True, timeout=60)
+
+
+def test_every_query_of_the_grafana_dashboard_names_a_metric_the_server_exports(namesrv_factory) -> None:
+    dashboard = json.loads((Path(__file__).resolve().parent.parent / "conf" / "grafana" / "namesrv.json").read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    assert queries
+    server = namesrv_factory()
+    exported = {line.split()[2] for line in get(server.http_url + "/metrics")[2].splitlines()
+                if line.startswith("# TYPE ")}
+    # a counter is exported as <name>_total; PromQL names what the exposition names
+    exported |= {name + "_total" for name in exported}
+    for query in queries:
+        names = set(re.findall(r"\b(?:namesrv|process)_[a-z_]+", query))
+        assert names and names <= exported, (query, names - exported)

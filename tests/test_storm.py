@@ -143,6 +143,7 @@ def test_open_loop_storm_against_a_real_server(namesrv_factory, tmp_path):
         logged += interval.get_total_count()
     assert logged == sum(per_code.values())
 
+    assert meta["server_metrics"] == {"url": None, "metrics-start.prom": None, "metrics-end.prom": None}
     resources = pq.read_table(run_dir / "resources.parquet").to_pylist()
     server_rows = [r for r in resources if r["process"] == "server"]
     assert server_rows and all(r["rss_bytes"] > 0 and r["threads"] > 1 for r in server_rows)
@@ -177,6 +178,11 @@ def test_cli_launches_a_fresh_server_and_keeps_its_log(tmp_path):
     assert meta["launched"] == {"overrides": {"clientRequestThreadPoolNums": "3"}}
     assert meta["server"]["thread_config"]["clientRequestThreadPoolNums"] == "3"
     assert "boot success" in (tmp_path / "cli" / "server.log").read_text()
+    # the launched server's /metrics, before the fleet registered and after
+    assert meta["server_metrics"]["metrics-start.prom"] == "metrics-start.prom"
+    start = (tmp_path / "cli" / "metrics-start.prom").read_text()
+    end = (tmp_path / "cli" / "metrics-end.prom").read_text()
+    assert "\nnamesrv_brokers 0.0\n" in start and "\nnamesrv_brokers 4.0\n" in end
 
 
 def test_cli_reports_bad_input_clearly(tmp_path):
