@@ -52,10 +52,19 @@ class ServerCollector:
         for key, value in state.routes.sizes().items():
             name, doc = TABLE_SIZES[key]
             yield GaugeMetricFamily(name, doc, value=value)
+        routes = state.routes
+        yield _by_label(CounterMetricFamily, "namesrv_registrations", "REGISTER_BROKER applied: a topic table read "
+                        "(applied) or a liveness refresh of an unchanged one (unchanged).", "outcome",
+                        dict(routes.registrations))
+        yield _by_label(CounterMetricFamily, "namesrv_broker_removals", "Brokers taken out of the route table, by "
+                        "cause.", "cause", {cause.replace(" ", "_"): routes.removals.get(cause, 0)
+                                            for cause in ("unregistered", "expired", "channel closed")})
         yield GaugeMetricFamily("namesrv_kv_entries", "KV config entries, all namespaces.",
                                 value=state.kv.entry_count())
         yield _by_label(GaugeMetricFamily, "namesrv_connections", "Open connections.", "transport",
                         state.reactor.connection_counts())
+        yield _by_label(GaugeMetricFamily, "namesrv_output_backlog_bytes", "Unsent reply bytes queued for peers "
+                        "that read slowly (maxConnectionOutputBytes each).", "transport", state.reactor.backlog_bytes())
         yield _by_label(CounterMetricFamily, "namesrv_connections_refused", "Connections turned away for "
                         "maxConnections.", "transport", state.reactor.refused_counts())
         dispatcher = state.dispatcher

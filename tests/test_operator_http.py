@@ -47,8 +47,14 @@ def test_health_and_readiness_with_the_route_tables_sizes(namesrv_factory) -> No
         assert float(samples['namesrv_connections{transport="tcp"}']) >= 1
         assert float(samples["process_resident_memory_bytes"]) > 10 << 20
         assert float(samples["namesrv_in_flight_limit_bytes"]) == 256 << 20
+        assert float(samples['namesrv_registrations_total{outcome="applied"}']) == 1
+        assert float(samples['namesrv_output_backlog_bytes{transport="tcp"}']) == 0
     finally:
         broker.close()
+    samples = dict(line.rsplit(" ", 1) for line in get(server.http_url + "/metrics")[2].splitlines()
+                   if line and not line.startswith("#"))
+    assert float(samples['namesrv_broker_removals_total{cause="unregistered"}']) == 1
+    assert float(samples['namesrv_broker_removals_total{cause="expired"}']) == 0
     assert get(server.http_url + "/nothing")[0] == 404
 
 

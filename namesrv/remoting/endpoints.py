@@ -126,6 +126,8 @@ class Endpoint:
         #: Newcomers turned away for maxConnections, since start.
         self.refused = 0
         self._refused_logged = -REFUSED_LOG_PERIOD
+        #: Unsent reply bytes queued here across the connections (what ZeroMQ's pipes hold aside).
+        self.backlog_bytes = 0
         #: Connections holding an incomplete frame, the one whose frame started longest ago first.
         self.incomplete: dict[bytes, Connection] = {}
         self.incomplete_bytes = 0
@@ -191,7 +193,9 @@ class Endpoint:
             else:
                 return
         conn.backlog.extend(messages)
-        conn.backlog_bytes += sum(size for _, size in messages)
+        queued = sum(size for _, size in messages)
+        conn.backlog_bytes += queued
+        self.backlog_bytes += queued
         if conn.backlog_bytes - max(map(len, payloads)) > self._max_backlog_bytes:
             self.close(conn, f"{conn.backlog_bytes} unsent reply bytes exceed maxConnectionOutputBytes "
                              "(the peer does not read)", logging.WARNING, reset=True)
@@ -213,6 +217,7 @@ class Endpoint:
                     break
                 conn.backlog.popleft()
                 conn.backlog_bytes -= size
+                self.backlog_bytes -= size
             else:
                 self.blocked.discard(ident)
 
@@ -242,6 +247,8 @@ class Endpoint:
         del self.connections[ident]
         self.blocked.discard(ident)
         conn.backlog.clear()
+        self.backlog_bytes -= conn.backlog_bytes
+        conn.backlog_bytes = 0
         if conn.incomplete:
             self._hold_incomplete(conn, 0)
 

@@ -142,6 +142,10 @@ class Reactor:
         """The ZeroMQ endpoint authenticates its peers (CURVE)."""
         return self._curve is not None
 
+    def backlog_bytes(self) -> dict[str, int]:
+        """Unsent reply bytes queued for slow readers, per transport."""
+        return {transport: endpoint.backlog_bytes for transport, endpoint in self._endpoints.items()}
+
     def refused_counts(self) -> dict[str, int]:
         """Connections turned away for maxConnections since start, per transport."""
         return {transport: endpoint.refused for transport, endpoint in self._endpoints.items()}

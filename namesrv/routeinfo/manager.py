@@ -89,6 +89,10 @@ class RouteInfoManager:
         self._queue_pool: dict[str, dict[QueueData, QueueData]] = {}
         self._queue_changes: dict[str, int] = {}  # per group: queue entries ever put or removed (see BrokerLiveInfo)
         self._queue_datas = 0  # queue entries held: one per topic per group (maxQueueDatas)
+        #: Brokers taken out, by cause ("unregistered", "expired", "channel closed"), since start.
+        self.removals: dict[str, int] = {}
+        #: Registrations since start: "applied" (a topic table read) or "unchanged" (a liveness refresh).
+        self.registrations = {"applied": 0, "unchanged": 0}
         self._route_cache = RouteBodyCache(route_cache_bytes)
 
     # ------------------------------------------------------------------ registration
@@ -167,6 +171,7 @@ class RouteInfoManager:
             live.last_update_timestamp = self._clock()
             if live.channel != channel:
                 self._set_live(key, replace(live, channel=channel))
+            self.registrations["unchanged"] += 1
             return self._master_of_locked(group, cluster_name, broker_id)
 
     def topic_entries(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int) -> bytes | None:
@@ -258,6 +263,7 @@ class RouteInfoManager:
             log.info("new broker registered: %s[%d] %s of cluster %s, HA %s", broker_name, broker_id, broker_addr,
                      cluster_name, ha_server_addr)
         self._set_filters(key, filter_server_list)  # step 12
+        self.registrations["applied"] += 1
         return self._master_of_locked(group, cluster_name, broker_id)  # step 13
 
     def _check_room_locked(self, key: LiveKey, broker_name: str, topics: dict[str, QueueFields]) -> None:
@@ -461,6 +467,7 @@ class RouteInfoManager:
             elif group.enable_acting_master and min(group.broker_addrs) > MASTER_ID:
                 # The master is gone: its queues stop taking writes until a master returns.
                 self._operate_write_perm(group.broker_name, lambda perm: perm & ~PERM_WRITE)
+        self.removals[reason] = self.removals.get(reason, 0) + 1
         return RemovedBroker(reason, cluster_name, broker_addr, broker_name, broker_id, channel)
 
     def _remove_broker_group(self, broker_name: str) -> None:
