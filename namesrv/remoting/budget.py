@@ -77,7 +77,7 @@ class RequestBudget:
     def charge(self, size: int) -> bool:
         """Hold `size` more bytes of complete requests; False (nothing held) if that passes the limit."""
         with self._lock:
-            if self.incomplete + self._queued + self._replies + size > self.limit:
+            if self.held + size > self.limit:
                 self.refused += 1
                 return False
             self._queued += size
@@ -93,8 +93,7 @@ class RequestBudget:
         """Replies of `size` bytes are posted. With `wait`, first wait (an executor thread) while
         earlier replies are still untaken and these would pass the limit."""
         with self._room:
-            while (wait and self._replies and not self._closed
-                   and self.incomplete + self._queued + self._replies + size > self.limit):
+            while wait and self._replies and not self._closed and self.held + size > self.limit:
                 self._room.wait(0.5)
             self._replies += size
 

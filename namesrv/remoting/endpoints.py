@@ -13,7 +13,7 @@ most MAX_MESSAGE_BYTES inside ZeroMQ, plus `max_backlog_bytes` queued here and o
 A reply is always taken whole, however large (a client reading a big topic list gets all of it);
 a peer whose unsent replies, less one, pass `max_backlog_bytes` is not reading, and its
 connection is closed: at the socket, even when its pipe is too full to take ZeroMQ's close
-message (`abort_connection`). Each table holds at most `max_connections` peers; a
+message (namesrv.remoting.sockets). Each table holds at most `max_connections` peers; a
 newcomer beyond that is turned away at once (a TCP connection is closed, a ZeroMQ peer's message
 dropped), so a connection flood costs a bounded table, not memory without end.
 
@@ -26,9 +26,6 @@ budget and, past it, has `close_incomplete` close the connections holding them
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import struct
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
@@ -39,6 +36,7 @@ from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
 from namesrv.protocol.frame import FrameDecoder
 from namesrv.remoting.codecs import TCP_TRANSPORT, ZMQ_TRANSPORT, Decode, decode_all
+from namesrv.remoting.sockets import abort_connection, peer_address
 from namesrv.remoting.zmq_intake import IntakeWatch
 
 log = logging.getLogger(__name__)
@@ -55,7 +53,8 @@ CLOSED_REMEMBERED = 65536
 
 
 def peer_of(frame: zmq.Frame) -> tuple[str, int | None]:
-    """("ip:port" of the connection a frame arrived on, its socket's descriptor in ZeroMQ).
+    """("ip:port" of the connection a frame arrived on, its socket's descriptor in ZeroMQ; None for
+    a peer already gone or an ipc one, which has no port).
 
     ZeroMQ's Peer-Address metadata carries the IP only; the port is read from the connection's
     own socket (the frame's source fd) while it is still open.
@@ -66,27 +65,12 @@ def peer_of(frame: zmq.Frame) -> tuple[str, int | None]:
         return "", None
     try:
         fd = frame.get(zmq.SRCFD)
-        with socket.socket(fileno=os.dup(fd)) as sock:
-            peer = sock.getpeername()
-    except (OSError, zmq.ZMQError):
+    except zmq.ZMQError:
         return ip, None
-    return (f"{ip}:{peer[1]}" if isinstance(peer, tuple) else ip), fd  # an ipc peer has no port
-
-
-def abort_connection(fd: int, peer: str) -> bool:
-    """Reset the TCP connection on ZeroMQ's descriptor `fd` if it is still the one to `peer`: its
-    buffers are freed and ZeroMQ, seeing it fail, drops it. For a peer whose pipe is too full to take
-    ZeroMQ's own close message. The check matters: a closed connection's descriptor number is reused."""
-    try:
-        with socket.socket(fileno=os.dup(fd)) as sock:
-            host, port = sock.getpeername()[:2]
-            if f"{host}:{port}" != peer:
-                return False
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
-            sock.shutdown(socket.SHUT_RDWR)
-    except (OSError, ValueError, TypeError):
-        return False
-    return True
+    address = peer_address(fd)
+    if address is None:
+        return ip, None
+    return f"{ip}:{address.rsplit(':', 1)[1]}", fd
 
 
 def _peer(conn: Connection) -> str:
@@ -447,23 +431,21 @@ class RouterEndpoint(Endpoint):
 
     def check_intake(self, now: float) -> None:
         """Measure what libzmq holds for the next peers; reset those holding too much."""
-        intake = self.intake
-        for fd, _ in intake.check(now):
-            self._forget_fd(fd)
-        self.incomplete_bytes = intake.held
+        self._forget_reset(self.intake.check(now))
 
     def close_incomplete(self, excess: int, limit: int) -> int:
-        intake = self.intake
-        if intake is None:
+        if self.intake is None:
             return 0
-        reset = intake.reset_largest(excess, limit)
-        self.incomplete_bytes = intake.held
-        return reset
+        return self._forget_reset(self.intake.reset_largest(excess, limit))
 
-    def _forget_fd(self, fd: int) -> None:
-        """The connection on `fd` was reset: its peer's channel is closed."""
-        for conn in [conn for conn in self.connections.values() if conn.fd == fd]:
-            self.close(conn, "reset for what it held inside ZeroMQ", logging.WARNING)
+    def _forget_reset(self, fds: list[int]) -> int:
+        """The connections on `fds` were reset: their peers' channels are closed. Returns how many."""
+        self.incomplete_bytes = self.intake.held
+        if fds:
+            reset = set(fds)
+            for conn in [conn for conn in self.connections.values() if conn.fd in reset]:
+                self.close(conn, "reset for what it held inside ZeroMQ", logging.WARNING)
+        return len(fds)
 
     def _frames(self, conn: Connection, message: list[zmq.Frame]) -> list[bytes]:
         if len(message) < 2:

@@ -21,14 +21,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.remoting.codecs import ZMQ_TRANSPORT, Decode, decode_all
 from namesrv.remoting.curve import CurveServer
 from namesrv.remoting.dispatch import RequestDispatcher
-from namesrv.remoting.endpoints import (
-    MAX_MESSAGE_BYTES,
-    Endpoint,
-    Job,
-    RouterEndpoint,
-    StreamEndpoint,
-    abort_connection,
-)
+from namesrv.remoting.endpoints import MAX_MESSAGE_BYTES, Endpoint, Job, RouterEndpoint, StreamEndpoint
 from namesrv.remoting.zmq_intake import CHECK_PERIOD, IntakeWatch
 from namesrv.remoting.outbox import Delivery, Outbox
 
@@ -103,7 +96,7 @@ class Reactor:
                 router = self._listen(zmq.ROUTER, zmq_address, zmq_fd)
                 intake = None
                 if zmq_address.startswith("tcp://"):
-                    intake = IntakeWatch(2 * config.max_frame_length, abort_connection)
+                    intake = IntakeWatch(2 * config.max_frame_length)
                     self._monitor = router.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
                 self._add(RouterEndpoint(router, self._max_backlog_bytes(), self._on_channel_closed,
                                          config.max_frame_length, intake, max_connections=config.max_connections))

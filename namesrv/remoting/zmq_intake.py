@@ -8,7 +8,7 @@ is measured instead: the kernel counts the bytes libzmq has read from each peer'
 (each message names its connection's descriptor, SRCFD); the difference, less ZeroMQ's framing, is
 what libzmq holds for that peer: a message still arriving, or messages waiting for the reactor. A
 peer holding more than its bound is reset at the socket (as a TCP peer that does not read, see
-endpoints.abort_connection), and libzmq drops what it held.
+namesrv.remoting.sockets), and libzmq drops what it held.
 
 Every CHECK_PERIOD the next CHECKS_PER_ROUND connections are checked (round robin; a check costs
 about 3 us, so at most 3 % of a core): what a peer can make us hold is its bound plus what it
@@ -20,10 +20,9 @@ endpoints are watched: ipc and inproc peers are local processes.
 from __future__ import annotations
 
 import logging
-import socket
-import struct
-from collections.abc import Callable
 from dataclasses import dataclass
+
+from namesrv.remoting.sockets import abort_connection, bytes_received, peer_address
 
 log = logging.getLogger(__name__)
 
@@ -35,35 +34,6 @@ FRAME_OVERHEAD = 64
 HANDSHAKE_ALLOWANCE = 4096
 #: Heartbeats (PING/PONG commands), per second of the connection's age.
 HEARTBEAT_ALLOWANCE = 64
-#: struct tcp_info: tcpi_bytes_received (Linux 4.1+), a native-endian u64 at this offset.
-_BYTES_RECEIVED = struct.Struct("=Q")
-_BYTES_RECEIVED_AT = 128
-_TCP_INFO_LENGTH = 256
-
-
-def bytes_received(fd: int) -> int | None:
-    """The bytes read so far from the TCP connection `fd` (None: not a TCP socket, or gone)."""
-    sock = socket.socket(fileno=fd)
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LENGTH)
-    except OSError:
-        return None
-    finally:
-        sock.detach()
-    if len(info) < _BYTES_RECEIVED_AT + 8:
-        return None
-    return _BYTES_RECEIVED.unpack_from(info, _BYTES_RECEIVED_AT)[0]
-
-
-def peer_address(fd: int) -> str | None:
-    sock = socket.socket(fileno=fd)
-    try:
-        host, port = sock.getpeername()[:2]
-    except (OSError, ValueError):
-        return None
-    finally:
-        sock.detach()
-    return f"{host}:{port}"
 
 
 @dataclass(slots=True)
@@ -80,18 +50,15 @@ class Intake:
 class IntakeWatch:
     """The ZeroMQ endpoint's connections by descriptor, and what libzmq holds for each."""
 
-    def __init__(self, max_held: int, abort: Callable[[int, str], bool]) -> None:
-        """`max_held`: the most one peer may have held inside libzmq; `abort(fd, peer)` resets a
-        connection if the descriptor is still that peer's (endpoints.abort_connection)."""
+    def __init__(self, max_held: int) -> None:
+        """`max_held`: the most one peer may have held inside libzmq."""
         self.max_held = max_held
-        self._abort = abort
         self.intakes: dict[int, Intake] = {}
         self._order: list[int] = []
         self._next = 0
         self._due = 0.0
         #: Bytes held inside libzmq across the peers, as of the last checks.
         self.held = 0
-        self.aborted = 0
 
     def accepted(self, fd: int, now: float) -> None:
         peer = peer_address(fd)
@@ -112,8 +79,8 @@ class IntakeWatch:
     def due(self, now: float) -> bool:
         return bool(self.intakes) and now >= self._due
 
-    def check(self, now: float) -> list[tuple[int, Intake]]:
-        """Measure the next connections; reset those holding more than `max_held` (returned)."""
+    def check(self, now: float) -> list[int]:
+        """Measure the next connections; reset those holding more than `max_held` (their descriptors returned)."""
         self._due = now + CHECK_PERIOD
         if self._next >= len(self._order):
             self._order = list(self.intakes)
@@ -138,22 +105,21 @@ class IntakeWatch:
         for fd, intake in aborted:
             self._reset(fd, intake, f"{intake.held} bytes of unfinished messages held inside ZeroMQ, more than "
                                     f"{self.max_held} (2 x maxFrameLength)")
-        return aborted
+        return [fd for fd, _ in aborted]
 
-    def reset_largest(self, excess: int, limit: int) -> int:
-        """Reset the peers holding most until `excess` bytes are freed; returns how many."""
-        reset = 0
+    def reset_largest(self, excess: int, limit: int) -> list[int]:
+        """Reset the peers holding most until `excess` bytes are freed; their descriptors returned."""
+        reset = []
         for fd, intake in sorted(self.intakes.items(), key=lambda item: -item[1].held):
             if excess <= 0 or not intake.held:
                 break
             excess -= intake.held
-            reset += 1
+            reset.append(fd)
             self._reset(fd, intake, f"{intake.held} bytes of unfinished messages held inside ZeroMQ, the most while "
                                     f"in-flight request bytes are at maxInFlightRequestBytes ({limit})")
         return reset
 
     def _reset(self, fd: int, intake: Intake, reason: str) -> None:
         self.disconnected(fd)
-        self.aborted += 1
-        if self._abort(fd, intake.peer):
+        if abort_connection(fd, intake.peer):
             log.warning("reset zmq connection %s: %s", intake.peer, reason)
