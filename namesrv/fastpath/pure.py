@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from namesrv.fastpath.frames import body_crc32, split_frames, stamp_frame, stamp_frames
 from namesrv.fastpath.headers import decode_binary_header, encode_binary_header, json_opaque_key, json_opaque_keys
-from namesrv.fastpath.registration import count_containers, count_entries, entry_digest, queue_fields, scan_registration
+from namesrv.fastpath.registration import (count_containers, count_entries, entry_digest, queue_fields,
+                                           scan_registration)
 
-__all__ = ["body_crc32", "count_containers", "count_entries", "decode_binary_header", "encode_binary_header", "entry_digest",
-           "json_opaque_key", "json_opaque_keys", "queue_fields", "scan_registration", "split_frames",
+__all__ = ["body_crc32", "count_containers", "count_entries", "decode_binary_header", "encode_binary_header",
+           "entry_digest", "json_opaque_key", "json_opaque_keys", "queue_fields", "scan_registration", "split_frames",
            "stamp_frame", "stamp_frames"]

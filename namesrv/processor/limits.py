@@ -6,7 +6,7 @@ compressed body is worse per byte. `maxTopicsPerRegistration` must therefore be 
 undecoded body, cheaply:
 
 * compressed form (reference 3.6): the topic count is an int32 right after the DataVersion blob,
-  so only that prefix is inflated;
+  so only that prefix is inflated (`topic.compressed_topic_count`, the decode's own reader);
 * JSON forms: every topic entry takes at least 4 bytes (`0:{},`), so a body of at most 4 x limit
   bytes cannot exceed it (the common case, free); nor can one with no more `{` than the limit
   (every topic is a JSON object of its own; one C-speed byte count); only a body with more has its
@@ -15,15 +15,10 @@ undecoded body, cheaply:
 """
 from __future__ import annotations
 
-import struct
-import zlib
-
 from namesrv import fastpath
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import Version
-from namesrv.protocol.topic import MAX_COMPRESSED_PART, table_path
-
-_INT32 = struct.Struct(">i")
+from namesrv.protocol.topic import compressed_topic_count, table_path
 
 
 def topic_count_beyond(limit: int, body: bytes | None, compressed: bool, version: int) -> int | None:
@@ -35,41 +30,12 @@ def topic_count_beyond(limit: int, body: bytes | None, compressed: bool, version
     if not body:
         return None
     if version >= Version.V3_0_11 and compressed:
-        count = _compressed_topic_count(body)
+        count = compressed_topic_count(body)
     elif len(body) <= 4 * limit or body.count(b"{") <= limit:
         return None
     else:
         count = _json_topic_count(body, version)
     return count if count is not None and count > limit else None
-
-
-def _compressed_topic_count(body: bytes) -> int | None:
-    """The int32 topic count after the length-prefixed DataVersion blob."""
-    head = _inflate_prefix(body, 4)
-    if len(head) < 4:
-        return None
-    blob_size = _INT32.unpack(head)[0]
-    if blob_size < 0 or blob_size > MAX_COMPRESSED_PART:
-        return None  # the decode refuses it, having inflated no more than this
-    prefix = _inflate_prefix(body, blob_size + 8)
-    if len(prefix) < blob_size + 8:
-        return None
-    return _INT32.unpack_from(prefix, blob_size + 4)[0]
-
-
-def _inflate_prefix(body: bytes, size: int) -> bytes:
-    """The first `size` inflated bytes (fewer if the stream ends or is corrupt); never inflates more."""
-    inflater = zlib.decompressobj()
-    try:
-        out = inflater.decompress(body, size)
-        while len(out) < size and not inflater.eof:
-            more = inflater.decompress(inflater.unconsumed_tail, size - len(out))
-            if not more:
-                break
-            out += more
-    except zlib.error:
-        return b""
-    return out
 
 
 def _json_topic_count(body: bytes, version: int) -> int | None:

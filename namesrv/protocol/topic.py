@@ -356,10 +356,11 @@ class _InflatedStream:
 
     def blob(self, what: str) -> bytes:
         size = self.int32(what)
-        if size < 0 or size > MAX_COMPRESSED_PART:
+        if size < 0:
+            raise ProtocolError(f"compressed RegisterBrokerBody: {what} length {size} is negative")
+        if size > MAX_COMPRESSED_PART:
             raise ProtocolError(f"compressed RegisterBrokerBody: {what} length {size} exceeds "
-                                f"{MAX_COMPRESSED_PART} bytes" if size > 0 else
-                                f"compressed RegisterBrokerBody: {what} length {size} is negative")
+                                f"{MAX_COMPRESSED_PART} bytes")
         if not self._fill(size, what):
             raise ProtocolError(f"compressed RegisterBrokerBody: {what} length {size} exceeds the body")
         self._pos += size
@@ -368,6 +369,17 @@ class _InflatedStream:
     def more(self) -> bool:
         """Is there anything left to read?"""
         return self._fill(1, "the end")
+
+
+def compressed_topic_count(data: bytes) -> int | None:
+    """The topic count a compressed body declares (the int32 after its DataVersion blob), inflating
+    no further than that; None if the body is too malformed to say (its decode reports what)."""
+    stream = _InflatedStream(data)
+    try:
+        stream.blob("dataVersion")
+        return stream.int32("topic count")
+    except ProtocolError:
+        return None
 
 
 #: Where a JSON registration body keeps its topic table: in the RegisterBrokerBody's wrapper since
