@@ -27,6 +27,7 @@ import psutil
 import zmq
 
 from namesrv.client import RemotingClient, RemotingError
+from namesrv.config import split_address
 from namesrv.fastpath import body_crc32
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import RemotingCommand, RequestCode
@@ -148,7 +149,7 @@ def distinct_large_headers(server: NamesrvProcess, scale: float) -> str:
     """Class 1: distinct 1 MiB request headers, each on a connection that then closes."""
     count = int(400 * scale)
     for i in range(count):
-        with socket.create_connection(_host_port(server.address)) as sock:
+        with socket.create_connection(split_address(server.address)) as sock:
             command = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                               {"topic": PROBE_TOPIC, "pad": f"{i:08d}" + "x" * MiB}, opaque=i)
             sock.sendall(command.encode())
@@ -163,7 +164,7 @@ def incomplete_frames(server: NamesrvProcess, scale: float) -> str:
     socks = []
     try:
         for _ in range(count):
-            sock = socket.create_connection(_host_port(server.address))
+            sock = socket.create_connection(split_address(server.address))
             socks.append(sock)
             sock.sendall(_INT32.pack(16 * MiB - 4))
             for _ in range(size // MiB):
@@ -220,7 +221,7 @@ def unread_replies(server: NamesrvProcess, scale: float) -> str:
     socks = []
     try:
         for _ in range(count):
-            sock = socket.create_connection(_host_port(server.address))
+            sock = socket.create_connection(split_address(server.address))
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sock.settimeout(5)
             socks.append(sock)
@@ -284,7 +285,7 @@ def connection_flood(server: NamesrvProcess, scale: float) -> str:
     try:
         for _ in range(count):
             try:
-                socks.append(socket.create_connection(_host_port(server.address), timeout=2))
+                socks.append(socket.create_connection(split_address(server.address), timeout=2))
             except OSError:
                 break
         time.sleep(1.0)
@@ -354,11 +355,6 @@ def _register(server: NamesrvProcess, header_body: tuple[dict[str, str], bytes],
 def _close_all(clients: list[RemotingClient]) -> None:
     for client in clients:
         client.close()
-
-
-def _host_port(address: str) -> tuple[str, int]:
-    host, port = address.rsplit(":", 1)
-    return host, int(port)
 
 
 def _read_some(sock: socket.socket) -> None:

@@ -130,8 +130,9 @@ class NamesrvConfig:
         "that does not read. A single reply is always sent whole, however large: a slow client reading a big "
         "topic list gets all of it.", 64 * 1024 * 1024)
     max_in_flight_request_bytes: int = _key(
-        "Request bytes one server process may hold before answering them: frames still arriving plus "
-        "requests queued for or running in the executors (counted at their frame size). Past it a complete "
+        "Request bytes one server process may hold before answering them: frames still arriving, requests "
+        "queued for or running in the executors (counted at their frame size) and their replies not yet taken "
+        "by the reactor (an executor with replies to post waits). Past it a complete "
         "request is answered SYSTEM_BUSY (a oneway one dropped), after the connections whose incomplete frame "
         "started longest ago are closed to make room. Never below maxFrameLength. Like Kafka's "
         "queued.max.request.bytes; RocketMQ has no such bound.", 256 * 1024 * 1024, locked=True)
@@ -140,8 +141,9 @@ class NamesrvConfig:
         "ZeroMQ peer cannot be closed: its messages are dropped unanswered) and logged; 0 = no limit.", 10000,
         locked=True)
     http_listen_address: str = _key(
-        "host:port of the operator's HTTP port: /health, /ready (needWaitForService done) and RocketMQ's "
-        "address service /rocketmq/<subgroup> (namesrvAddressList); empty disables it.", "0.0.0.0:9880",
+        "host:port of the operator's HTTP port: /health, /ready (needWaitForService done), /metrics "
+        "(Prometheus) and RocketMQ's address service /rocketmq/<subgroup> (namesrvAddressList); empty "
+        "disables it.", "0.0.0.0:9880",
         locked=True, check=lambda value: value and split_address(value))
     namesrv_address_list: str = _key(
         "The NameServer addresses (;-separated host:port) the address service answers RocketMQ clients "
@@ -370,25 +372,17 @@ def update_properties(text: str, properties: dict[str, str]) -> str:
     every other line, comments included, stays as it was."""
     lines = text.splitlines()
     last = {key: (start, end) for start, end, key, _ in _entries(lines)}
-    replaced: dict[int, tuple[int, str]] = {}
     appended = []
+    replaced = []
     for key, value in properties.items():
         line = f"{key}={escape_property(value)}"
         if key in last:
-            start, end = last[key]
-            replaced[start] = (end, line)
+            replaced.append((*last[key], line))
         else:
             appended.append(line)
-    out: list[str] = []
-    index = 0
-    while index < len(lines):
-        if index in replaced:
-            index, line = replaced[index]
-            out.append(line)
-            continue
-        out.append(lines[index])
-        index += 1
-    return "\n".join(out + appended) + "\n"
+    for start, end, line in sorted(replaced, reverse=True):  # from the end: earlier indexes stay valid
+        lines[start:end] = [line]
+    return "\n".join(lines + appended) + "\n"
 
 
 def escape_property(value: str) -> str:
