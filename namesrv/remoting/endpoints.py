@@ -12,8 +12,8 @@ What one connection's unsent replies may hold: up to the send high-water mark of
 most MAX_MESSAGE_BYTES inside ZeroMQ, plus `max_backlog_bytes` queued here and one reply more.
 A reply is always taken whole, however large (a client reading a big topic list gets all of it);
 a peer whose unsent replies, less one, pass `max_backlog_bytes` is not reading, and its
-connection is closed: at the socket, even when its pipe is too full to take ZeroMQ's close
-message (namesrv.remoting.sockets). Each table holds at most `max_connections` peers; a
+connection is reset at the socket at once (namesrv.remoting.sockets): ZeroMQ's own close would
+wait behind output that never drains. Each table holds at most `max_connections` peers; a
 newcomer beyond that is turned away at once (a TCP connection is closed, a ZeroMQ peer's message
 dropped), so a connection flood costs a bounded table, not memory without end.
 
