@@ -66,7 +66,7 @@ class Server:
 
     def chunk(self, frames: list[bytes], channel: Channel) -> int:
         """Answer one received chunk as the reactor and an executor would; the answers' bytes."""
-        replies, commands = self.processor.inline.answer_all(frames, channel)
+        replies, commands = self.processor.inline.answer_all(frames, channel, time.monotonic())
         size = sum(map(len, replies))
         for command in commands:
             size += len(encode_reply(channel, self.processor.process(command, channel)))

@@ -9,7 +9,8 @@ legs of one server can differ by a factor of two, so a 5-20% change in per-reque
 its noise. Instructions do not depend on what else the machine runs. For each workload, frames
 are rendered once here (bench.storm.fleet's broker of 100 topics) and replayed by a child Python
 of each checkout (its own `namesrv` and built extension) under `valgrind --tool=callgrind`,
-through `RequestProcessor(...).inline.answer` (what the reactor calls per frame); a run with no
+through `RequestProcessor(...).inline.answer_all`, one frame per call (what the reactor calls per
+received chunk; a closed-loop client's chunk holds one request); a run with no
 requests is subtracted, so only the requests are counted. The checkout given with --against needs
 its extension built (`python setup.py build_ext --inplace` in it).
 
@@ -43,7 +44,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 
 #: The child: replays the pickled frames of one workload, the first `WARM_UP` + `count` of them.
 _REPLAY = """
-import pickle, sys, tempfile
+import inspect, pickle, sys, tempfile, time
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
@@ -56,12 +57,14 @@ config = NamesrvConfig(kv_config_path=tempfile.mkdtemp() + "/kv.json")
 processor = RequestProcessor(config, RouteInfoManager(config), KVConfigManager(config.kv_config_path))
 inline = processor.inline
 channel = Channel("tcp", b"bench", "127.0.0.1:1")
+# the poll round's time, for checkouts whose inline path counts its answers with their latency
+arrival = (time.monotonic(),) if "arrived" in inspect.signature(inline.answer_all).parameters else ()
 for frame in setup:  # what the reactor leaves to the executors (a route not cached yet) goes the regular way
-    answer = inline.answer(frame, channel)
-    if type(answer) is not bytes:
-        processor.process(RemotingCommand.decode(frame) if answer is None else answer, channel)
+    replies, commands = inline.answer_all([frame], channel, *arrival)
+    for command in commands:
+        processor.process(command, channel)
 for frame in frames[:count]:
-    if type(inline.answer(frame, channel)) is not bytes:
+    if len(inline.answer_all([frame], channel, *arrival)[0]) != 1:
         raise SystemExit("a frame was not answered inline")
 """
 

@@ -24,11 +24,13 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
 from namesrv.processor import WRITE_CODES, RequestProcessor
 from namesrv.processor.requests import POOL_OF
-from namesrv.metrics import ServerState, exposition
+from namesrv.metrics import ServerState, exposition, local_families
+from namesrv.metrics_peers import MetricsGatherer, MetricsPeer
 from namesrv.operator_http import OperatorHttp
 from namesrv.remoting import BindError, Outbox, Reactor, RequestBudget, RequestDispatcher
 from namesrv.remoting.curve import exposed_without_curve
 from namesrv.remoting.reactor import tcp_endpoint
+from namesrv.request_stats import RequestStats
 from namesrv.routeinfo import RouteInfoManager, now_ms
 from namesrv.writelog.log import MAX_WORKERS
 from namesrv.writelog.ports import listening_fd, zmq_tcp_address
@@ -118,6 +120,8 @@ class NamesrvController:
         self.budget = RequestBudget.from_config(config)
         self.outbox = Outbox(self.budget)
         self.kv = KVConfigManager(config.kv_config_path)
+        #: Answers by request code, response code and path, with their latency (namesrv.request_stats).
+        self.stats = RequestStats()
         self.bus = None
         if worker is None:
             self.routes = RouteInfoManager(config)
@@ -127,22 +131,31 @@ class NamesrvController:
             clock = LogClock()
             self.routes = RouteInfoManager(config, clock=clock)
             self.bus = WorkerBus(worker, config, self.routes, self.kv, clock, self.outbox, on_lost_sync,
-                                 max_pending=config.default_thread_pool_queue_capacity)
+                                 max_pending=config.default_thread_pool_queue_capacity, stats=self.stats)
         self.processor = RequestProcessor(config, self.routes, self.kv, persist=self.bus is None,
                                           inline_writes=self.bus is None)
+        self.stats.adopt(self.processor.inline.tally)
         self.dispatcher = RequestDispatcher(config, self.processor, self.outbox, pool_of=POOL_OF,
                                             forward_write=None if self.bus is None else self.bus.forward,
-                                            write_codes=WRITE_CODES, budget=self.budget)
+                                            write_codes=WRITE_CODES, budget=self.budget, stats=self.stats)
         self.reactor = Reactor(config, self.dispatcher, self.outbox,
                                self.routes.on_channel_destroy if self.bus is None else self.bus.propose_close,
                                selector_threads(config, 1 if worker is None else worker.workers),
                                decode=self.processor.inline.answer_all)
-        #: The operator's HTTP port: one per server (worker 0's with worker processes).
+        #: The operator's HTTP port: one per server (worker 0's with worker processes, whose `/metrics`
+        #: gathers its siblings' through `_gatherer`; they answer through `_metrics_peer`).
         self.http = None
-        if config.http_listen_address and (worker is None or worker.index == 0):
-            metrics = exposition(ServerState(self.routes, self.kv, self.reactor, self.dispatcher))
-            self.http = OperatorHttp(config.http_listen_address, self.readiness,
-                                     lambda: config.namesrv_address_list, metrics)
+        self._gatherer = self._metrics_peer = None
+        if config.http_listen_address:
+            families = local_families(ServerState(self.routes, self.kv, self.reactor, self.dispatcher))
+            if worker is not None and worker.index == 0:
+                self._gatherer = MetricsGatherer(worker, families)
+                families = self._gatherer.families
+            elif worker is not None:
+                self._metrics_peer = MetricsPeer(worker, families)
+            if worker is None or worker.index == 0:
+                self.http = OperatorHttp(config.http_listen_address, self.readiness,
+                                         lambda: config.namesrv_address_list, exposition(families))
         self._tasks = PeriodicTasks()
         self._tasks.add("scanNotActiveBroker", config.scan_not_active_broker_interval / 1000,
                         self.scan_not_active_brokers)
@@ -180,6 +193,8 @@ class NamesrvController:
         self._tasks.start()
         if self.http is not None:
             self.http.start()
+        if self._metrics_peer is not None:
+            self._metrics_peer.start()
         if self._descriptor_warning is not None:
             log.warning("%s", self._descriptor_warning)
         zmq_address = self.reactor.zmq_address
@@ -232,6 +247,10 @@ class NamesrvController:
     def shutdown(self) -> None:
         if self.http is not None:
             self.http.stop()  # probes fail from now on: a load balancer stops sending clients here
+        if self._gatherer is not None:
+            self._gatherer.close()
+        if self._metrics_peer is not None:
+            self._metrics_peer.stop()
         self.reactor.pause_reading()
         log.info("shutting down: no new requests; finishing the accepted ones (open connections: %s)",
                  ", ".join(f"{count} {transport}" for transport, count in self.reactor.connection_counts().items()))

@@ -11,13 +11,16 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 
+import psutil
 import pytest
 
 from namesrv.client import BrokerIdentity, BrokerService, BrokerTopicTable
 from namesrv.operator_http import MAX_CLIENTS
-from namesrv.protocol import TopicConfig
+from namesrv.protocol import (DataVersion, RegisterBrokerBody, RequestCode, ResponseCode, TopicConfig,
+                              TopicConfigSerializeWrapper)
 
 
 def get(url: str) -> tuple[int, str, str]:
@@ -161,10 +164,103 @@ def test_every_query_of_the_grafana_dashboard_names_a_metric_the_server_exports(
     queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
     assert queries
     server = namesrv_factory()
-    exported = {line.split()[2] for line in get(server.http_url + "/metrics")[2].splitlines()
-                if line.startswith("# TYPE ")}
-    # a counter is exported as <name>_total; PromQL names what the exposition names
-    exported |= {name + "_total" for name in exported}
+    types = dict(line.split()[2:4] for line in get(server.http_url + "/metrics")[2].splitlines()
+                 if line.startswith("# TYPE "))
+    # PromQL names the samples: the TYPE line's name (a counter's ends in _total); a histogram's _bucket, _sum, _count
+    suffixes = {"histogram": ("_bucket", "_sum", "_count")}
+    exported = {name + suffix for name, kind in types.items() for suffix in suffixes.get(kind, ("",))}
     for query in queries:
         names = set(re.findall(r"\b(?:namesrv|process)_[a-z_]+", query))
         assert names and names <= exported, (query, names - exported)
+
+
+def scrape(server) -> dict[str, float]:
+    """The samples of one /metrics scrape: {'name{labels}': value}."""
+    return {key: float(value) for key, value in (line.rsplit(" ", 1) for line in get(server.http_url + "/metrics")[2]
+                                                 .splitlines() if line and not line.startswith("#"))}
+
+
+def requests_of(samples: dict[str, float], request: str) -> dict[tuple[str, str], float]:
+    """{(response, path): answers} of one request code."""
+    found = {}
+    for key, value in samples.items():
+        if key.startswith("namesrv_requests_total{") and f'request="{request}"' in key:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', key))
+            found[labels["response"], labels["path"]] = value
+    return found
+
+
+def register_broker(conn, name: str = "broker-m") -> None:
+    table = {topic: TopicConfig(topic, 4, 4) for topic in ("TopicM", "TopicN")}
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper(table, DataVersion(1, 1_700_000_000_000, 0))).encode()
+    header = {"brokerName": name, "brokerAddr": "127.0.0.1:10911", "clusterName": "M", "brokerId": 0,
+              "haServerAddr": "127.0.0.1:10912", "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
+    assert conn.call(conn.request(RequestCode.REGISTER_BROKER, header, body)).code == ResponseCode.SUCCESS
+
+
+def test_answers_are_counted_by_request_response_and_path_with_their_latency(namesrv_factory, raw_connect) -> None:
+    server = namesrv_factory()
+    conn = raw_connect(server.address)
+    register_broker(conn)
+    register_broker(conn)  # the unchanged repeat
+    for _ in range(6):
+        assert conn.call(conn.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicM"})).code == 0
+    assert conn.call(conn.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Nowhere"})).code == 17
+    assert conn.call(conn.request(4242)).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    conn.send(conn.request(RequestCode.PUT_KV_CONFIG, {"namespace": "N", "key": "k", "value": "v"}, oneway=True))
+    bad = raw_connect(server.address)
+    bad.sock.sendall(b"\x00\x00\x00\x04\xff\xff\xff\xff")  # a header longer than its frame
+    assert bad.closed_by_server()
+    deadline = time.monotonic() + 5
+    while not requests_of(samples := scrape(server), "PUT_KV_CONFIG") and time.monotonic() < deadline:
+        time.sleep(0.01)  # the oneway request has no answer to wait for
+    routes = requests_of(samples, "GET_ROUTEINFO_BY_TOPIC")
+    # the first query of a topic fills the route cache in an executor; the others are answered from it
+    assert routes == {("SUCCESS", "executor"): 1, ("SUCCESS", "fast_path"): 5, ("TOPIC_NOT_EXIST", "executor"): 1}
+    registrations = requests_of(samples, "REGISTER_BROKER")
+    assert sum(registrations.values()) == 2 and registrations.get(("SUCCESS", "fast_path")), registrations
+    assert requests_of(samples, "OTHER") == {("REQUEST_CODE_NOT_SUPPORTED", "executor"): 1}
+    assert requests_of(samples, "PUT_KV_CONFIG") == {("NONE", "executor"): 1}
+    for request, answers in (("GET_ROUTEINFO_BY_TOPIC", 7), ("REGISTER_BROKER", 2), ("OTHER", 1)):
+        assert samples[f'namesrv_request_duration_seconds_count{{request="{request}"}}'] == answers
+        assert samples[f'namesrv_request_duration_seconds_bucket{{le="+Inf",request="{request}"}}'] == answers
+        assert 0 < samples[f'namesrv_request_duration_seconds_sum{{request="{request}"}}'] < answers * 1.0
+    # a query answered on a quiet loopback takes well under 50 ms: the buckets hold real durations
+    assert samples['namesrv_request_duration_seconds_bucket{le="0.05",request="GET_ROUTEINFO_BY_TOPIC"}'] == 7
+    assert samples['namesrv_connections_cut_total{cause="bad_input",transport="tcp"}'] == 1
+    assert samples['namesrv_connections_cut_total{cause="idle",transport="tcp"}'] == 0
+
+
+def test_worker_processes_report_one_view_of_the_whole_server(namesrv_factory, raw_connect) -> None:
+    server = namesrv_factory(serverWorkerProcesses=2)
+    workers = {worker.pid for worker in psutil.Process(server.pid).children()}
+    per_worker: dict[int, object] = {}
+    for _ in range(100):  # the kernel spreads connections over the workers: one on each
+        conn = raw_connect(server.address)
+        port = conn.sock.getsockname()[1]
+        conn.call(conn.request(RequestCode.GET_KV_CONFIG, {"namespace": "N", "key": "k"}))  # accepted by now
+        pid = next(worker.pid for worker in map(psutil.Process, workers)
+                   if any(c.raddr and c.raddr.port == port for c in worker.net_connections("tcp")))
+        per_worker.setdefault(pid, conn)
+        if len(per_worker) == 2:
+            break
+    assert len(per_worker) == 2
+    conn_a, conn_b = per_worker.values()
+    register_broker(conn_a)
+    for i in range(3):
+        conn_b.call(conn_b.request(RequestCode.PUT_KV_CONFIG, {"namespace": "N", "key": f"k{i}", "value": "v"}))
+    for conn in (conn_a, conn_b):
+        for _ in range(4):
+            conn.call(conn.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicM"}))
+    samples = scrape(server)
+    assert samples["namesrv_worker_processes_reporting"] == 2
+    assert sum(requests_of(samples, "GET_ROUTEINFO_BY_TOPIC").values()) == 8  # 4 on each worker
+    assert requests_of(samples, "PUT_KV_CONFIG") == {("SUCCESS", "write_log"): 3}
+    # one per connection opened (all still open), on whichever worker took it
+    assert sum(requests_of(samples, "GET_KV_CONFIG").values()) == samples['namesrv_connections{transport="tcp"}']
+    # the tables every worker holds alike are reported once, not once per worker
+    assert (samples["namesrv_brokers"], samples["namesrv_topics"], samples["namesrv_kv_entries"]) == (1, 2, 3)
+    assert samples['namesrv_registrations_total{outcome="applied"}'] == 1
+    assert samples['namesrv_connections{transport="tcp"}'] >= 2
+    threads = sum(psutil.Process(pid).num_threads() for pid in workers)
+    assert abs(samples["namesrv_threads"] - threads) <= 4  # summed over the workers

@@ -171,14 +171,14 @@ def test_full_queues_answer_system_busy_at_once_in_the_callers_codec(dispatcher_
     queries = [RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}, opaque=i,
                                        serialize_type=SerializeType.ROCKETMQ if i % 2 else SerializeType.JSON)
                for i in range(5)]
-    busy = dispatcher.dispatch([(TCP, q) for q in queries] + [(ZMQ, RemotingCommand.request(999, opaque=77))])
+    busy = dispatcher.dispatch([(TCP, q, 0.0) for q in queries] + [(ZMQ, RemotingCommand.request(999, opaque=77), 0.0)])
     answers = [(channel, RemotingCommand.decode(payload[4:])) for channel, payload in busy]
     assert [a.opaque for _, a in answers] == [2, 3, 4]  # two fit the route-query pool
     for _, answer in answers:
         assert (answer.code, answer.remark, answer.flag) == (ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK, FLAG_RESPONSE)
         assert answer.serialize_type == queries[answer.opaque].serialize_type
     # the unknown code went to the public pool, which had room
-    more = dispatcher.dispatch([(ZMQ, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=78))])
+    more = dispatcher.dispatch([(ZMQ, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=78), 0.0)])
     assert [(channel, decode_msgpack(payload).code) for channel, payload in more] == [(ZMQ, ResponseCode.SYSTEM_BUSY)]
 
 
@@ -187,12 +187,12 @@ def test_oneway_requests_are_bounded_in_flight_and_never_answered(dispatcher_par
     oneway = [RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {"namespace": "N", "key": f"k{i}", "value": "v"},
                                       opaque=i, oneway=True) for i in range(3)]
     stray_response = RemotingCommand(0, opaque=50, flag=FLAG_RESPONSE)
-    assert dispatcher.dispatch([(TCP, c) for c in [*oneway, stray_response]]) == []  # 1 accepted, 2 dropped
+    assert dispatcher.dispatch([(TCP, c, 0.0) for c in [*oneway, stray_response]]) == []  # 1 accepted, 2 dropped
     assert dispatcher.default_executor.queued == 1
     dispatcher.start()
     wait_until(lambda: dispatcher.default_executor.queued == 0)
     get = RemotingCommand.request(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "N"}, opaque=9)
-    assert dispatcher.dispatch([(TCP, get)]) == []
+    assert dispatcher.dispatch([(TCP, get, 0.0)]) == []
     wait_until(lambda: readable(outbox.fileno()))
     (channel, payload), = outbox.drain()
     answer = RemotingCommand.decode(payload[4:])
@@ -200,7 +200,7 @@ def test_oneway_requests_are_bounded_in_flight_and_never_answered(dispatcher_par
     assert answer.body == b'{"table":{"k0":"v"}}'
     # the bound was released: the next oneway is accepted again, runs, and posts nothing
     later = RemotingCommand.request(RequestCode.DELETE_KV_CONFIG, {"namespace": "N", "key": "k0"}, oneway=True)
-    assert dispatcher.dispatch([(TCP, later), (TCP, get)]) == []
+    assert dispatcher.dispatch([(TCP, later, 0.0), (TCP, get, 0.0)]) == []
     wait_until(lambda: readable(outbox.fileno()))
     wait_until(lambda: dispatcher.default_executor.queued == 0)
     time.sleep(0.05)
@@ -243,14 +243,14 @@ def test_request_bytes_past_the_in_flight_budget_answer_system_busy_until_answer
             return RemotingCommand.decode(frame[4:])
         requests = [put(i) for i in range(4)]
         assert all(3000 <= r.wire_size <= 3100 for r in requests)
-        busy = dispatcher.dispatch([(TCP, r) for r in requests])  # executors not started: nothing is answered
+        busy = dispatcher.dispatch([(TCP, r, 0.0) for r in requests])  # executors not started: nothing is answered
         (channel, payload), = busy
         answer = RemotingCommand.decode(payload[4:])
         assert (answer.opaque, answer.code, answer.remark) == (3, ResponseCode.SYSTEM_BUSY, BUDGET_REMARK)
         assert dispatcher.budget.queued == sum(r.wire_size for r in requests[:3])
         dispatcher.start()
         wait_until(lambda: dispatcher.budget.queued == 0)  # answered: released
-        assert dispatcher.dispatch([(TCP, put(4))]) == []
+        assert dispatcher.dispatch([(TCP, put(4), 0.0)]) == []
         wait_until(lambda: dispatcher.budget.queued == 0)
         assert sorted(RemotingCommand.decode(p[4:]).opaque for _, p in outbox.drain()) == [0, 1, 2, 4]
     finally:

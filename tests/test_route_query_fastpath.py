@@ -6,6 +6,8 @@ responses, odd headers) it must leave to the regular path (None).
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -252,7 +254,7 @@ def test_a_chunk_is_answered_as_its_frames_are_one_by_one(server):
     for frame in frames:
         server.regular(frame)  # fills the route cache
     for _ in range(2):  # the first pass reads the headers, the second finds them remembered
-        replies, commands = server.processor.inline.answer_all(list(frames), CLIENT)
+        replies, commands = server.processor.inline.answer_all(list(frames), CLIENT, time.monotonic())
         one_by_one = [server.answer(frame) for frame in frames]
         assert sorted(replies) == sorted(reply for reply in one_by_one if reply is not None)
         assert commands == [RemotingCommand.decode(frame) for frame, reply in zip(frames, one_by_one) if reply is None]

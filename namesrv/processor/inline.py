@@ -14,6 +14,7 @@ bodyCrc32 value only. Such a JSON header is not parsed again but rebound (`crc_f
 """
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 from namesrv import fastpath
@@ -27,11 +28,16 @@ from namesrv.processor.requests import BY_CODE
 from namesrv.processor.requests import Inline as RequestInline
 from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, route_query_of
 from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, JSON_FIELD, SeenHeaders
-from namesrv.protocol.codes import INT32_MAX
+from namesrv.protocol.codes import INT32_MAX, RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
 from namesrv.protocol.json_header import decode_json_header
+from namesrv.request_stats import FAST_PATH, AnswerSlot, RequestTally
 
+#: The codes the inline paths answer, as plain ints (an IntEnum member costs more to look up and hash).
+_ROUTE_QUERY = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+_REGISTRATION = int(RequestCode.REGISTER_BROKER)
+_SUCCESS = int(ResponseCode.SUCCESS)
 #: Bounds of the registration header shapes (brokers x header shapes; emptied when full).
 SHAPES = 4096
 SHAPE_BYTES = 8 * 1024 * 1024
@@ -82,7 +88,8 @@ Inline = RouteQuery | PreparedRegistration | None
 
 class InlineAnswers:
     """`answer(frame, channel)`: the whole response frame, or the request to dispatch (decoded, or None:
-    decode it). Reactor thread only."""
+    decode it). Reactor thread only. What it answers is counted in `tally` by `answer_all`, once
+    per chunk: one clock reading, whatever the number of frames."""
 
     def __init__(self, ctx: HandlerContext, process: Process, registrations: bool = True) -> None:
         """`registrations=False`: registrations are only read here, never applied (worker processes
@@ -90,9 +97,18 @@ class InlineAnswers:
         self.route_queries = RouteQueryFastPath(ctx)
         self.registrations = RegistrationFastPath(ctx, process) if registrations else None
         self.seen: SeenHeaders[Inline] = SeenHeaders(HeaderReader())
+        #: The answers given here (namesrv.request_stats; the controller counts it in the server's totals).
+        self.tally = RequestTally()
+        #: Answers given since the last count: route queries, and registrations by response code.
+        self._routes_answered = 0
+        self._registrations_answered: dict[int, int] = {}
+        self._route_slot = self.tally.slot(_ROUTE_QUERY, _SUCCESS, FAST_PATH)
+        self._registration_slots: dict[int, AnswerSlot] = {}
 
-    def answer_all(self, frames: list[bytes], channel: Channel) -> tuple[list[bytes], list[RemotingCommand]]:
-        """The frames of one received chunk: (answers, the requests to dispatch, decoded).
+    def answer_all(self, frames: list[bytes], channel: Channel,
+                   arrived: float) -> tuple[list[bytes], list[RemotingCommand]]:
+        """The frames of one received chunk, read in the poll round that started at `arrived`
+        (time.monotonic): (answers, the requests to dispatch, decoded).
 
         Route queries answered from the cache with JSON headers seen before, most of the traffic,
         are answered for the whole chunk at once: every frame's key and opaque in one scan, the
@@ -105,7 +121,9 @@ class InlineAnswers:
             keys, opaques = fastpath.json_opaque_keys(frames)
             bodies = list(map(routes.cached_body, map(self.seen.json.table.get, keys)))
             replies = fastpath.stamp_frames(routes.json.head, routes.json.tail, opaques, bodies)
+            self._routes_answered += len(replies)
             if len(replies) == len(frames):
+                self._count(arrived)
                 return replies, []
             if replies:
                 frames = [frame for frame, body in zip(frames, bodies) if body is None]
@@ -118,7 +136,24 @@ class InlineAnswers:
                 replies.append(reply)
             else:
                 commands.append(reply)  # decoded here, left to the regular path
+        if replies:
+            self._count(arrived)
         return replies, commands
+
+    def _count(self, arrived: float) -> None:
+        """Count the answers given since the last count as queued now."""
+        seconds = time.monotonic() - arrived
+        if self._routes_answered:
+            self._route_slot.add(seconds, self._routes_answered)
+            self._routes_answered = 0
+        if self._registrations_answered:
+            slots = self._registration_slots
+            for response, count in self._registrations_answered.items():
+                slot = slots.get(response)
+                if slot is None:
+                    slot = slots[response] = self.tally.slot(_REGISTRATION, response, FAST_PATH)
+                slot.add(seconds, count)
+            self._registrations_answered.clear()
 
     def answer(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand | None:
         """`frame` as split_frames yields it (no length prefix). A registration that is not answered
@@ -135,12 +170,19 @@ class InlineAnswers:
             return None
         opaque, what = read
         if type(what) is RouteQuery:
-            return self.route_queries.answer(serialize_field, opaque, what)
+            reply = self.route_queries.answer(serialize_field, opaque, what)
+            if reply is not None:
+                self._routes_answered += 1
+            return reply
         request = what.with_(opaque, frame[body_at:] or None, len(frame))
         if self.registrations is None:
             return request
-        reply = self.registrations.answer(what.header, request, channel)
-        return request if reply is None else reply
+        answered = self.registrations.answer(what.header, request, channel)
+        if answered is None:
+            return request
+        reply, response = answered
+        self._registrations_answered[response] = self._registrations_answered.get(response, 0) + 1
+        return reply
 
 
 class HeaderReader:

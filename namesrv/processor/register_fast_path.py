@@ -37,7 +37,7 @@ TEMPLATE_BYTES = 4 * 1024 * 1024
 
 
 class RegistrationFastPath:
-    """`answer(...)`: the response frame to a registration answered here, else None (reactor thread only)."""
+    """`answer(...)`: the response to a registration answered here, else None (reactor thread only)."""
 
     def __init__(self, ctx: HandlerContext, process: Process) -> None:
         self._ctx = ctx
@@ -45,8 +45,10 @@ class RegistrationFastPath:
         self.templates: BoundedMemo[tuple[int, tuple[tuple[str, str], ...]], OpaqueTemplate] = BoundedMemo(
             TEMPLATES, TEMPLATE_BYTES)
 
-    def answer(self, registration: RegistrationHeader, request: RemotingCommand, channel: Channel) -> bytes | None:
-        """`request` is the decoded registration; `registration` its header read."""
+    def answer(self, registration: RegistrationHeader, request: RemotingCommand,
+               channel: Channel) -> tuple[bytes, int] | None:
+        """(the response frame, its response code), or None: not answered here. `request` is the
+        decoded registration; `registration` its header read."""
         ctx = self._ctx
         repeat = repeats_last_body(ctx, registration, request.body or b"", request.body_crc32())
         if repeat:
@@ -56,7 +58,7 @@ class RegistrationFastPath:
             if type(change) is not RemotingCommand:  # else refused (a CRC32 mismatch): the regular path answers
                 outcome = register_broker.apply(ctx, change, channel)
                 if type(outcome) is RegisterBrokerResult:
-                    return self._success(request, *registration_answer(ctx, outcome))
+                    return self._success(request, *registration_answer(ctx, outcome)), ResponseCode.SUCCESS
         limit = ctx.config.inline_registration_max_body_bytes
         small = limit and not registration.compressed and len(request.body or b"") <= limit
         if not small and not repeat:
@@ -66,8 +68,8 @@ class RegistrationFastPath:
         if response is None:
             return None
         if response.code != ResponseCode.SUCCESS:
-            return response.encode()
-        return self._success(request, response.ext_fields or {}, response.body)
+            return response.encode(), response.code
+        return self._success(request, response.ext_fields or {}, response.body), ResponseCode.SUCCESS
 
     def _success(self, request: RemotingCommand, ext_fields: dict[str, str], body: bytes | None) -> bytes:
         """The SUCCESS answer's frame: its header encoded once per codec and header fields, the opaque stamped in."""

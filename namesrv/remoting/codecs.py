@@ -17,9 +17,10 @@ from namesrv.protocol.msgpack_codec import decode_msgpack, encode_msgpack
 TCP_TRANSPORT = "tcp"
 ZMQ_TRANSPORT = "zmq"
 
-#: The frames of one received message and their connection in; (whole response frames answered
-#: without an executor, the requests to dispatch) out. ProtocolError for bad input.
-Decode = Callable[[list[bytes], Channel], tuple[list[bytes], list[RemotingCommand]]]
+#: The frames of one received message, their connection and the time.monotonic() of the poll round
+#: that read them in; (whole response frames answered without an executor, the requests to
+#: dispatch) out. ProtocolError for bad input.
+Decode = Callable[[list[bytes], Channel, float], tuple[list[bytes], list[RemotingCommand]]]
 
 
 def decode_frame(channel: Channel, frame: bytes) -> RemotingCommand:
@@ -27,7 +28,7 @@ def decode_frame(channel: Channel, frame: bytes) -> RemotingCommand:
     return decode_msgpack(frame) if channel.transport == ZMQ_TRANSPORT else RemotingCommand.decode(frame)
 
 
-def decode_all(frames: list[bytes], channel: Channel) -> tuple[list[bytes], list[RemotingCommand]]:
+def decode_all(frames: list[bytes], channel: Channel, arrived: float) -> tuple[list[bytes], list[RemotingCommand]]:
     """The `Decode` with no inline answers: every command goes to an executor."""
     return [], [decode_frame(channel, frame) for frame in frames]
 

@@ -23,6 +23,7 @@ from namesrv.remoting.codecs import encode_reply
 from namesrv.remoting.endpoints import Job
 from namesrv.remoting.executors import BoundedExecutor
 from namesrv.remoting.outbox import Delivery, Outbox
+from namesrv.request_stats import EXECUTOR, NO_RESPONSE, REFUSED, RequestStats, RequestTally
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +34,10 @@ REPLY_BATCH_BYTES = 256 * 1024
 BUDGET_REMARK = OVERLOAD_REMARK + " (maxInFlightRequestBytes)"
 
 
-#: How a worker process takes a write request: prepared, it goes into the write log and is answered
-#: once applied (None), or it is answered at once (namesrv.writelog.replication.WorkerBus.forward).
-ForwardWrite = Callable[[RemotingCommand, Channel], RemotingCommand | None]
+#: How a worker process takes a write request (with its arrival time): prepared, it goes into the
+#: write log and is answered once applied (None), or it is answered at once
+#: (namesrv.writelog.replication.WorkerBus.forward).
+ForwardWrite = Callable[[RemotingCommand, Channel, float], RemotingCommand | None]
 
 
 class Processor(Protocol):
@@ -49,8 +51,9 @@ class RequestDispatcher:
 
     def __init__(self, config: NamesrvConfig, processor: Processor, outbox: Outbox, *, pool_of: Mapping[int, str],
                  forward_write: ForwardWrite | None = None, write_codes: Iterable[int] = (),
-                 budget: RequestBudget | None = None) -> None:
-        """`budget`: the process's in-flight budget, shared with `outbox` (default: a new one from config)."""
+                 budget: RequestBudget | None = None, stats: RequestStats | None = None) -> None:
+        """`budget`: the process's in-flight budget, shared with `outbox` (default: a new one from config);
+        `stats`: where the answers given here are counted (default: a new one)."""
         self._processor = processor
         #: Where `write_codes` requests go instead of the processor, in a worker process.
         self._forward_write = forward_write
@@ -58,6 +61,7 @@ class RequestDispatcher:
         self._outbox = outbox
         #: Request bytes waiting for or in an executor, with the reactor's incomplete frames.
         self.budget = budget or RequestBudget.from_config(config)
+        self.stats = stats or RequestStats()
         run = self._run_batch
         self.client_executor = BoundedExecutor("ClientRequestExecutorThread", config.client_request_thread_pool_nums,
                                                config.client_request_thread_pool_queue_capacity, run)
@@ -138,42 +142,55 @@ class RequestDispatcher:
                             executor.capacity, len(batch) - accepted)
         return busy
 
-    @staticmethod
-    def _busy(job: Job, remark: str) -> Delivery:
-        channel, request = job
-        return channel, encode_reply(channel, request.make_response(ResponseCode.SYSTEM_BUSY, remark))
+    def _busy(self, job: Job, remark: str) -> Delivery:
+        channel, request, arrived = job
+        reply = encode_reply(channel, request.make_response(ResponseCode.SYSTEM_BUSY, remark))
+        self.stats.tally().add(request.code, ResponseCode.SYSTEM_BUSY, REFUSED, time.monotonic() - arrived)
+        return channel, reply
 
     def _run_batch(self, jobs: list[Job]) -> None:
         """Run a batch in order, posting its replies together, or every REPLY_BATCH_BYTES: a batch
         of 64 topic lists of 1.3 MB must not be held whole by each of sixteen threads."""
         replies: list[Delivery] = []
+        #: (request code, response code, arrival) of each of `replies`, counted once they are posted.
+        answered: list[tuple[int, int, float]] = []
         reply_bytes = 0
         process = self._processor.process
         forward = self._forward_write
+        tally = self.stats.tally()
         held = 0
-        for channel, request in jobs:
+        for channel, request, arrived in jobs:
             held += request.wire_size
             try:
                 if forward is not None and request.code in self._write_codes:
-                    response = forward(request, channel)
+                    response = forward(request, channel, arrived)
                 else:
                     response = process(request, channel)
                 reply = None if request.is_oneway or response is None else encode_reply(channel, response)
             except Exception as exc:  # noqa: BLE001 - one bad request must not cost the batch its answers
                 log.exception("request code %d from %s failed", request.code, channel)
-                reply = None if request.is_oneway else encode_reply(
-                    channel, request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"))
+                response = request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+                reply = None if request.is_oneway else encode_reply(channel, response)
             if request.is_oneway:
                 self._oneway.release()
+                tally.add(request.code, NO_RESPONSE, EXECUTOR, time.monotonic() - arrived)
             elif reply is not None:
                 replies.append((channel, reply))
+                answered.append((request.code, response.code, arrived))
                 reply_bytes += len(reply)
                 if reply_bytes >= REPLY_BATCH_BYTES:
-                    self._outbox.put(replies, wait=True)
-                    replies, reply_bytes = [], 0
+                    self._post(replies, answered, tally)
+                    replies, answered, reply_bytes = [], [], 0
         self.budget.release(held)
         if replies:
-            self._outbox.put(replies, wait=True)
+            self._post(replies, answered, tally)
+
+    def _post(self, replies: list[Delivery], answered: list[tuple[int, int, float]], tally: RequestTally) -> None:
+        """Hand replies to the reactor; their answers are queued from now on."""
+        self._outbox.put(replies, wait=True)
+        now = time.monotonic()
+        for code, response, arrived in answered:
+            tally.add(code, response, EXECUTOR, now - arrived)
 
     def _count_dropped_oneway(self) -> None:
         self._oneway_dropped += 1

@@ -41,8 +41,13 @@ from namesrv.remoting.zmq_intake import IntakeWatch
 
 log = logging.getLogger(__name__)
 
-#: A request to dispatch, with its connection.
-Job = tuple[Channel, RemotingCommand]
+#: A request to dispatch, with its connection and the time.monotonic() of the poll round that read it.
+Job = tuple[Channel, RemotingCommand, float]
+#: Why we close a connection (Endpoint.cut): the peer sent what cannot be decoded or is too large; it
+#: held too many of the in-flight bytes (maxInFlightRequestBytes); it does not read its replies
+#: (maxConnectionOutputBytes); a send failed; it was idle (serverChannelMaxIdleTimeSeconds); or the
+#: server asked (a broker's connection on its expiry).
+CUT_CAUSES = ("bad_input", "budget", "slow_reader", "send_failed", "idle", "requested")
 #: Connections refused for maxConnections are logged at most this often (with a running count).
 REFUSED_LOG_PERIOD = 1.0
 #: Replies leave in ZeroMQ messages of at most this many bytes (a single larger reply on the ZeroMQ
@@ -109,6 +114,8 @@ class Endpoint:
         self._max_connections = max_connections
         #: Newcomers turned away for maxConnections, since start.
         self.refused = 0
+        #: Connections closed from our side since start, by cause (CUT_CAUSES).
+        self.cut = dict.fromkeys(CUT_CAUSES, 0)
         self._refused_logged = -REFUSED_LOG_PERIOD
         #: Unsent reply bytes queued here across the connections (what ZeroMQ's pipes hold aside).
         self.backlog_bytes = 0
@@ -172,7 +179,7 @@ class Endpoint:
                     messages = messages[sent:]
                     break
                 except zmq.ZMQError as exc:
-                    self.close(conn, f"send failed: {exc}")
+                    self.close(conn, "send_failed", f"send failed: {exc}")
                     return
             else:
                 return
@@ -181,8 +188,8 @@ class Endpoint:
         conn.backlog_bytes += queued
         self.backlog_bytes += queued
         if conn.backlog_bytes - max(map(len, payloads)) > self._max_backlog_bytes:
-            self.close(conn, f"{conn.backlog_bytes} unsent reply bytes exceed maxConnectionOutputBytes "
-                             "(the peer does not read)", logging.WARNING, reset=True)
+            self.close(conn, "slow_reader", f"{conn.backlog_bytes} unsent reply bytes exceed "
+                       "maxConnectionOutputBytes (the peer does not read)", logging.WARNING, reset=True)
         else:
             self.blocked.add(ident)
 
@@ -197,7 +204,7 @@ class Endpoint:
                 except zmq.Again:
                     break
                 except zmq.ZMQError as exc:
-                    self.close(conn, f"send failed: {exc}")
+                    self.close(conn, "send_failed", f"send failed: {exc}")
                     break
                 conn.backlog.popleft()
                 conn.backlog_bytes -= size
@@ -212,10 +219,12 @@ class Endpoint:
             conn = connections[next(iter(connections))]
             if conn.last_active >= oldest_allowed:
                 return
-            self.close(conn, f"idle for {idle_seconds} s")
+            self.close(conn, "idle", f"idle for {idle_seconds} s")
 
-    def close(self, conn: Connection, reason: str, level: int = logging.INFO, reset: bool = False) -> None:
-        """Close one connection from our side (`reset`: see `_disconnect`) and report its Channel as destroyed."""
+    def close(self, conn: Connection, cause: str, reason: str, level: int = logging.INFO, reset: bool = False) -> None:
+        """Close one connection from our side (`cause`: one of CUT_CAUSES, counted; `reason`: logged;
+        `reset`: see `_disconnect`) and report its Channel as destroyed."""
+        self.cut[cause] += 1
         self._forget(conn)
         self._disconnect(conn.channel.ident, conn, reset)
         log.log(level, "closed %s connection %s: %s", self.transport, _peer(conn), reason)
@@ -253,8 +262,8 @@ class Endpoint:
             conn = next(iter(self.incomplete.values()))
             excess -= conn.incomplete
             closed += 1
-            self.close(conn, f"its incomplete frame ({conn.incomplete} bytes so far) is the oldest held while "
-                             f"in-flight request bytes are at maxInFlightRequestBytes ({limit})", logging.WARNING)
+            self.close(conn, "budget", f"its incomplete frame ({conn.incomplete} bytes so far) is the oldest held "
+                       f"while in-flight request bytes are at maxInFlightRequestBytes ({limit})", logging.WARNING)
         return closed
 
     def _take(self, conn: Connection, message: object, now: float, jobs: list[Job]) -> None:
@@ -264,17 +273,17 @@ class Endpoint:
             frames = self._frames(conn, message)
             if not frames:
                 return  # the middle of a large frame
-            replies, commands = self._decode(frames, channel)
+            replies, commands = self._decode(frames, channel, now)
         except ProtocolError as exc:
-            self.close(conn, f"bad frame: {exc}", logging.WARNING)
+            self.close(conn, "bad_input", f"bad frame: {exc}", logging.WARNING)
             return
         except Exception as exc:  # noqa: BLE001 - a decoder bug must cost one connection, not the reactor
             log.error("decoding input from %s failed", _peer(conn), exc_info=exc)
-            self.close(conn, f"undecodable input: {type(exc).__name__}: {exc}", logging.WARNING)
+            self.close(conn, "bad_input", f"undecodable input: {type(exc).__name__}: {exc}", logging.WARNING)
             return
         if replies:
             self.send(channel.ident, replies, now)
-        jobs.extend((channel, command) for command in commands)
+        jobs.extend((channel, command, now) for command in commands)
 
 
 class StreamEndpoint(Endpoint):
@@ -423,7 +432,7 @@ class RouterEndpoint(Endpoint):
         peer, fd = peer_of(frame)
         reason = f"a message of {size} bytes, more than maxFrameLength ({self._max_message_bytes}) in all its frames"
         if conn is not None:
-            self.close(conn, reason, logging.WARNING, reset=True)
+            self.close(conn, "bad_input", reason, logging.WARNING, reset=True)
             return
         log.warning("dropped zmq message from %s: %s", peer or "(peer already gone)", reason)
         if fd is not None:
@@ -444,7 +453,7 @@ class RouterEndpoint(Endpoint):
         if fds:
             reset = set(fds)
             for conn in [conn for conn in self.connections.values() if conn.fd in reset]:
-                self.close(conn, "reset for what it held inside ZeroMQ", logging.WARNING)
+                self.close(conn, "budget", "reset for what it held inside ZeroMQ", logging.WARNING)
         return len(fds)
 
     def _frames(self, conn: Connection, message: list[zmq.Frame]) -> list[bytes]:

@@ -143,6 +143,11 @@ class Reactor:
         """Connections turned away for maxConnections since start, per transport."""
         return {transport: endpoint.refused for transport, endpoint in self._endpoints.items()}
 
+    def cut_counts(self) -> dict[tuple[str, str], int]:
+        """Connections closed from our side since start, per (transport, cause)."""
+        return {(transport, cause): count for transport, endpoint in self._endpoints.items()
+                for cause, count in endpoint.cut.items()}
+
     def connection_counts(self) -> dict[str, int]:
         """Open connections per transport (a snapshot; exact only from the reactor thread or once it stopped)."""
         return {transport: len(endpoint.connections) for transport, endpoint in self._endpoints.items()}
@@ -276,7 +281,7 @@ class Reactor:
         budget.incomplete = sum(endpoint.incomplete_bytes for endpoint in endpoints)
         if not budget.incomplete:
             return
-        excess = budget.held + sum(request.wire_size for _, request in jobs) - budget.limit
+        excess = budget.held + sum(request.wire_size for _, request, _ in jobs) - budget.limit
         if excess <= 0:
             return
         closed = 0
@@ -308,7 +313,7 @@ class Reactor:
             endpoint = endpoints[channel.transport]
             conn = endpoint.connections.get(channel.ident)
             if conn is not None:
-                endpoint.close(conn, reason)
+                endpoint.close(conn, "requested", reason)
 
     def _close_sockets(self, linger_ms: int) -> None:
         if self._monitor is not None:

@@ -164,8 +164,9 @@ class Supervisor:
             if not booted and len(self._workers) == count and all(w.serving for w in self._workers.values()):
                 booted = True
                 first = self._workers[0].serving
-                log.info("The Name Server boot success. serializeType=JSON, address %s, zmq %s (%d worker processes, "
-                         "pids %s)", first["address"], first["zmq"] or "disabled", count,
+                log.info("The Name Server boot success. serializeType=JSON, address %s, zmq %s, http %s (%d worker "
+                         "processes, pids %s)", first["address"], first["zmq"] or "disabled",
+                         first.get("http") or "disabled", count,
                          " ".join(str(self._workers[i].pid) for i in range(count)))
             for index, due in list(restarts.items()):
                 if due <= time.monotonic():

@@ -2,7 +2,7 @@
 
 Its spec arrives as one JSON line on stdin (so secrets never show in the process list): the
 `WorkerRole`, the configuration (every key, ports already chosen) and the logging config file.
-Once serving it writes one JSON line to stdout, `{"serving": {"address": ..., "zmq": ...}}`.
+Once serving it writes one JSON line to stdout, `{"serving": {"address": ..., "zmq": ..., "http": ...}}`
 It stops gracefully on SIGTERM, when the supervisor goes away (stdin reaches its end), or when
 it falls out of step with its siblings (exit 1, to be restarted). A SIGTERM before it serves
 ends it at once: it has accepted nothing yet.
@@ -59,8 +59,9 @@ def main() -> int:
         log.error("cannot start: %s", exc)
         return 1
     stops.install()
+    http = controller.http.bound if controller.http is not None else None
     sys.stdout.write(json.dumps({"serving": {"address": controller.reactor.tcp_address,
-                                             "zmq": controller.reactor.zmq_address}}) + "\n")
+                                             "zmq": controller.reactor.zmq_address, "http": http}}) + "\n")
     sys.stdout.flush()
     control = sys.stdin.fileno()
     while stops.reason is None:

@@ -45,6 +45,7 @@ from namesrv.errors import ProtocolError
 from namesrv.remoting.codecs import encode_reply
 from namesrv.remoting.dispatch import OVERLOAD_REMARK
 from namesrv.remoting.outbox import Outbox
+from namesrv.request_stats import WRITE_LOG, RequestStats
 from namesrv.routeinfo import RouteInfoManager
 from namesrv.writelog import snapshot
 from namesrv.writelog.log import (CLOSE, EXPIRE, GONE, TICK, WRITE, Entry, Proposal, SiblingChannel, Verdict, admit,
@@ -108,7 +109,9 @@ class WorkerBus:
     `forward`, `propose_close` and `propose_expiry` are thread-safe."""
 
     def __init__(self, role: WorkerRole, config: NamesrvConfig, routes: RouteInfoManager, kv: KVConfigManager,
-                 clock: LogClock, outbox: Outbox, on_lost_sync: Callable[[str], None], max_pending: int) -> None:
+                 clock: LogClock, outbox: Outbox, on_lost_sync: Callable[[str], None], max_pending: int,
+                 stats: RequestStats) -> None:
+        """`stats`: where the writes answered once applied are counted."""
         self.role = role
         self._config = config
         self._routes = routes
@@ -117,14 +120,15 @@ class WorkerBus:
         self._outbox = outbox
         self._on_lost_sync = on_lost_sync
         self._max_pending = max_pending
+        self._stats = stats
         #: Prepares writes (executor threads) and applies the log's changes (the bus thread).
         self._processor = RequestProcessor(config, routes, kv, persist=False)
         self._context = zmq.Context(io_threads=1)
         self._propose_socket = self._context.socket(zmq.DEALER)
         self._propose_lock = threading.Lock()
         self._ids = itertools.count(1)
-        #: proposal id -> the request to answer once applied, and its connection.
-        self._pending: dict[int, tuple[Channel, RemotingCommand]] = {}
+        #: proposal id -> the request to answer once applied, its connection and arrival (time.monotonic).
+        self._pending: dict[int, tuple[Channel, RemotingCommand, float]] = {}
         #: Local connections that carried a write: only their closes concern the log.
         self._writers: set[Channel] = set()
         self._position = 0
@@ -186,7 +190,7 @@ class WorkerBus:
         self._context.term()
 
     # ---- proposing (any thread)
-    def forward(self, request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
+    def forward(self, request: RemotingCommand, channel: Channel, arrived: float) -> RemotingCommand | None:
         """Prepare a write request received on a local connection and propose its change (None: it
         is answered once applied), or its response now: SYSTEM_BUSY if too many are pending, or what
         `prepare` answered (bad input, a refusal: nothing to apply)."""
@@ -196,12 +200,12 @@ class WorkerBus:
         if type(change) is RemotingCommand:
             return change
         self._writers.add(channel)
-        self._propose_change(request, channel, change)
+        self._propose_change(request, channel, arrived, change)
         return None
 
-    def _propose_change(self, request: RemotingCommand, channel: Channel, change: object) -> None:
+    def _propose_change(self, request: RemotingCommand, channel: Channel, arrived: float, change: object) -> None:
         proposal_id = next(self._ids)
-        self._pending[proposal_id] = (channel, request)
+        self._pending[proposal_id] = (channel, request, arrived)
         self._propose(WRITE, proposal_id, channel, pack_write(request.code, change))
 
     def propose_close(self, channel: Channel) -> None:
@@ -315,17 +319,18 @@ class WorkerBus:
             if type(outcome) is Refusal:
                 log.debug("write %d (code %d) from %s: %d %s", entry.seq, code, channel, *outcome)
             return
-        origin, request = pending
+        origin, request, arrived = pending
         if outcome is RETRY:  # prepared with a hint that no longer held: nothing was applied anywhere
             change = self._processor.prepare(request, origin, hints=False)
             if type(change) is not RemotingCommand:
-                self._propose_change(request, origin, change)
+                self._propose_change(request, origin, arrived, change)
                 return
             response = change
         else:
             response = self._processor.answer(request, outcome)
         if not request.is_oneway:
             self._outbox.put([(origin, encode_reply(origin, response))])
+            self._stats.tally().add(request.code, response.code, WRITE_LOG, time.monotonic() - arrived)
 
     # ---- start-up
     def _start_up(self, now: float, poller: zmq.Poller) -> None:
