@@ -78,8 +78,8 @@ class StormSettings:
     extra_meta: dict = field(default_factory=dict)
     #: Start a fresh namesrv (namesrv.launcher) with these config overrides for this run; None = use `address`.
     launch: dict[str, str] | None = None
-    #: The server's Prometheus endpoint, scraped before the fleet starts and at 90 % of the measured
-    #: window (before the fleet unregisters) into the run directory (metrics-start.prom,
+    #: The server's Prometheus endpoint, scraped as the measured window starts (after warm-up) and at
+    #: 90 % of it (before the fleet unregisters) into the run directory (metrics-start.prom,
     #: metrics-end.prom); with `launch`, the launched server's.
     metrics_url: str | None = None
 
@@ -146,10 +146,11 @@ def _storm(settings: StormSettings) -> StormResult:
     processes = [context.Process(target=worker_main, args=(plan, messages, go, start_value),
                                  name=f"storm-worker-{plan.index}", daemon=True) for plan in plans]
     load_before = os.getloadavg()
-    scrapes = {"metrics-start.prom": _scrape(settings.metrics_url)}
+    scrapes: dict[str, bytes | str | None] = {}
     for process in processes:
         process.start()
-    sampler = end_scrape = None
+    sampler = None
+    timed_scrapes: list[threading.Timer] = []
     try:
         warmup_answers = _wait_ready(messages, len(processes), processes)
         start_ns = time.monotonic_ns() + SECOND // 5
@@ -162,15 +163,17 @@ def _storm(settings: StormSettings) -> StormResult:
             trees["server"] = lambda: [server_pid]
         sampler = ResourceSampler(trees, run.add_resource, measure_start_ns)
         sampler.start()
-        # the end scrape near the end of the measured window, before the fleet unregisters
-        end_scrape = threading.Timer((measure_start_ns - time.monotonic_ns()) / SECOND + 0.9 * settings.duration_s,
-                                     lambda: scrapes.update({"metrics-end.prom": _scrape(settings.metrics_url)}))
-        end_scrape.start()
+        # the server's view of the measured window: from its start to near its end, before the fleet unregisters
+        to_start = (measure_start_ns - time.monotonic_ns()) / SECOND
+        for name, delay in (("metrics-start.prom", to_start), ("metrics-end.prom", to_start + 0.9 * settings.duration_s)):
+            timed_scrapes.append(threading.Timer(delay, lambda name=name: scrapes.update(
+                {name: _scrape(settings.metrics_url)})))
+            timed_scrapes[-1].start()
         done = _collect(settings, run, messages, processes, measure_start_ns)
     finally:
-        if end_scrape is not None:
-            end_scrape.cancel()
-            end_scrape.join()
+        for timer in timed_scrapes:
+            timer.cancel()
+            timer.join()
         if sampler is not None:
             sampler.stop()
         for process in processes:
@@ -178,6 +181,9 @@ def _storm(settings: StormSettings) -> StormResult:
             if process.is_alive():
                 process.kill()
                 process.join()
+    if settings.metrics_url is None:
+        scrapes = {"metrics-start.prom": None, "metrics-end.prom": None}
+    scrapes.setdefault("metrics-start.prom", "not scraped: the run ended before its measured window began")
     scrapes.setdefault("metrics-end.prom", _scrape(settings.metrics_url))
     summary = summarize(run, settings.duration_s)
     meta = {

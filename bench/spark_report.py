@@ -11,6 +11,11 @@ bucket and the percentile is read off the cumulative counts with HdrHistogram's 
 report's p99 over many intervals or runs is exactly what HdrHistogram would say for the union of
 their samples (percentiles are never averaged). Runs with the same thread configuration are
 merged the same way in the configuration table; a sweep gets heatmaps by configuration.
+
+Server-side latency sits beside the client's: the difference of the two scrapes of the server's
+/metrics the storm keeps in a run directory (bench/storm/server_metrics.py), its percentiles read
+with Prometheus's `histogram_quantile` rule and runs merged by summing bucket counts, likewise.
+A run without usable scrapes (no URL, a failed scrape, a server without the histogram) says why.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import os
 import re
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
@@ -35,7 +41,7 @@ from pyspark.sql import functions as F
 if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.storm import svgplot  # noqa: E402
+from bench.storm import server_metrics, svgplot  # noqa: E402
 from bench.storm.rundir import SEND_DELAY_WARNING_US, response_name, thread_config  # noqa: E402
 
 log = logging.getLogger("spark_report")
@@ -49,6 +55,10 @@ SPECTRUM_PERCENTILES = (0.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.
 def percentile_column(p: float) -> str:
     """50 -> p50, 99.9 -> p99_9 (column names Spark and CSV readers accept)."""
     return "p" + f"{p:g}".replace(".", "_")
+
+
+#: Columns of the server-side latency tables after their keys and `request`: microseconds, as the client's.
+SERVER_COLUMNS = ("count", *[percentile_column(p) for p in SUMMARY_PERCENTILES], "mean")
 
 
 def merged_percentiles(buckets: DataFrame, keys: Sequence[str], percentiles: Sequence[float]) -> DataFrame:
@@ -132,6 +142,23 @@ def _tail(uri: str) -> str:
     return urlparse(uri).path.rstrip("/")
 
 
+def read_server_windows(spark: SparkSession, runs: Sequence[Run]) -> dict[str, server_metrics.ServerWindow]:
+    """Each run's server-side latency, or why it has none, from its metrics-*.prom files read through Spark.
+
+    The run directories are read with a file-name filter rather than the files named, so a scrape
+    that was never written is simply absent instead of failing the whole read.
+    """
+    files = (spark.read.option("pathGlobFilter", "metrics-*.prom").text([run.uri for run in runs], wholetext=True)
+             .select(F.col("_metadata.file_path"), "value").collect())
+    run_ids = {_tail(run.uri): run.run_id for run in runs}
+    scrapes: dict[str, dict[str, str]] = {run.run_id: {} for run in runs}
+    for path, text in files:
+        directory, _, name = _tail(path).rpartition("/")
+        scrapes[run_ids[directory]][name] = text
+    return {run.run_id: server_metrics.run_window(scrapes[run.run_id], run.meta.get("server_metrics"))
+            for run in runs}
+
+
 # ---------------------------------------------------------------- tables
 
 
@@ -145,10 +172,15 @@ class ReportTables:
     spectrum: pd.DataFrame
     resources: pd.DataFrame
     sweep: pd.DataFrame
+    server_latency: pd.DataFrame
+    server_configurations: pd.DataFrame
+    client_vs_server: pd.DataFrame
+    client_vs_server_configurations: pd.DataFrame
 
     def items(self) -> list[tuple[str, pd.DataFrame]]:
         return [(name, getattr(self, name)) for name in
-                ("runs", "summary", "configurations", "errors", "intervals", "spectrum", "resources", "sweep")]
+                ("runs", "summary", "configurations", "errors", "intervals", "spectrum", "resources", "sweep",
+                 "server_latency", "server_configurations", "client_vs_server", "client_vs_server_configurations")]
 
 
 def compute_tables(spark: SparkSession, runs: Sequence[Run]) -> ReportTables:
@@ -195,9 +227,14 @@ def compute_tables(spark: SparkSession, runs: Sequence[Run]) -> ReportTables:
                             var_name="percentile", value_name="value_us")
     spectrum["percentile"] = [float(c[1:].replace("_", ".")) for c in spectrum["percentile"]]
     spectrum = spectrum.sort_values(["run_id", "request", "percentile"]).reset_index(drop=True)
-    runs_table = pd.DataFrame([_run_row(run) for run in runs])
+    windows = read_server_windows(spark, runs)
+    runs_table = pd.DataFrame([{**_run_row(run), "server_metrics_problem": windows[run.run_id].problem}
+                               for run in runs])
+    server_per_run, server_per_config = _server_tables(windows, run_info)
     return ReportTables(runs_table, summary, configurations, errors, per_interval, spectrum, resource_table,
-                        _sweep(configurations, runs))
+                        _sweep(configurations, runs), server_per_run, server_per_config,
+                        _client_vs_server(summary, server_per_run, ["run_id", "config"]),
+                        _client_vs_server(configurations, server_per_config, ["config"]))
 
 
 def _stats_table(stats: pd.DataFrame, outcomes: pd.DataFrame, run_info: pd.DataFrame, keys: list[str],
@@ -219,6 +256,56 @@ def _stats_table(stats: pd.DataFrame, outcomes: pd.DataFrame, run_info: pd.DataF
                *[percentile_column(p) for p in SUMMARY_PERCENTILES], "max", "errors", "error_rate",
                *(["send_delay_p99"] if with_send_delay else [])]
     return table[columns].sort_values([*keys, "request"]).reset_index(drop=True)
+
+
+def _server_tables(windows: dict[str, server_metrics.ServerWindow],
+                   run_info: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Server latency per run and per thread configuration, by request code.
+
+    A configuration's runs are merged as the client's are: their bucket deltas are summed and the
+    percentiles read off the sum. `runs` counts the runs that had server metrics.
+    """
+    config_of = dict(zip(run_info["run_id"], run_info["config"]))
+    per_run = []
+    by_config: dict[str, dict[str, list[server_metrics.Buckets]]] = defaultdict(lambda: defaultdict(list))
+    runs_with_metrics: dict[str, int] = defaultdict(int)
+    for run_id, window in windows.items():
+        if window.problem is not None:
+            continue
+        config = config_of[run_id]
+        runs_with_metrics[config] += 1
+        for request, buckets in window.histograms.items():
+            per_run.append({"run_id": run_id, "config": config, "request": request, **_server_stats(buckets)})
+            by_config[config][request].append(buckets)
+    per_config = [{"config": config, "runs": runs_with_metrics[config], "request": request,
+                   **_server_stats(server_metrics.merge(histograms))}
+                  for config, requests in by_config.items() for request, histograms in requests.items()]
+    return (pd.DataFrame(per_run, columns=["run_id", "config", "request", *SERVER_COLUMNS])
+            .sort_values(["run_id", "request"]).reset_index(drop=True),
+            pd.DataFrame(per_config, columns=["config", "runs", "request", *SERVER_COLUMNS])
+            .sort_values(["config", "request"]).reset_index(drop=True))
+
+
+def _server_stats(buckets: server_metrics.Buckets) -> dict[str, float]:
+    """count, percentiles and mean in µs, rounded to the nanosecond (interpolation leaves float noise)."""
+    percentiles, mean = server_metrics.summarize(buckets, SUMMARY_PERCENTILES)
+    return {"count": round(buckets.count), **{percentile_column(p): round(v, 3) for p, v in percentiles.items()},
+            "mean": round(mean, 3)}
+
+
+def _client_vs_server(client: pd.DataFrame, server: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Each request kind the client measured, its p50/p99 beside the server's for the same request code.
+
+    The storm names requests by RocketMQ request code name (bench/storm/rundir.request_name), as
+    the server's `request` label does, so the two join on the name; the server's own requests that
+    the client did not measure stay in the server tables only.
+    """
+    def side(frame: pd.DataFrame, prefix: str, columns: tuple[str, ...]) -> pd.DataFrame:
+        present = [c for c in columns if c in frame.columns]
+        return frame[[*keys, "request", *present]].rename(columns={c: prefix + c for c in present})
+
+    return (side(client, "client_", ("runs", "answered", "p50", "p99"))
+            .merge(side(server, "server_", ("runs", "count", "p50", "p99")), how="left", on=[*keys, "request"]))
 
 
 def _sweep(configurations: pd.DataFrame, runs: Sequence[Run]) -> pd.DataFrame:
@@ -266,10 +353,12 @@ def render_html(tables: ReportTables, runs: Sequence[Run], title: str) -> str:
             "so values are exact to 0.1 %. Percentiles come from merged histograms, never averaged. "
             "<em>send delay p99</em> is how late the generator itself sent: if it is large, the generator "
             "(not the server) was the bottleneck. Warm-up is excluded.</p>"]
-    body.append("<h2>Runs</h2>" + _table(tables.runs.drop(columns=["uri", "fleet", "host"]), {}))
+    body.append("<h2>Runs</h2>" + _table(tables.runs.drop(columns=["uri", "fleet", "host", "server_metrics_problem"]),
+                                         {}))
     body.append("<h2>Summary by run and request</h2>" + _table(tables.summary, _LATENCY_COLUMNS))
-    if tables.configurations["config"].nunique() > 1 or len(runs) > len(tables.configurations["config"].unique()):
+    if _merges_runs(tables, runs):
         body.append("<h2>By thread configuration (runs merged)</h2>" + _table(tables.configurations, _LATENCY_COLUMNS))
+    body.append(_server_section(tables, runs))
     body.append("<h2>Responses by code</h2>" + _table(tables.errors, {}))
     if len(tables.sweep) > 1:
         body.append("<h2>Sweep</h2>" + _sweep_section(tables.sweep, runs)
@@ -280,6 +369,51 @@ def render_html(tables: ReportTables, runs: Sequence[Run], title: str) -> str:
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
 
+def _merges_runs(tables: ReportTables, runs: Sequence[Run]) -> bool:
+    """Whether the report has per-configuration tables: several configurations, or runs sharing one."""
+    return tables.configurations["config"].nunique() > 1 or len(runs) > len(tables.configurations["config"].unique())
+
+
+_SERVER_NOTE = (
+    "Server-side latency is namesrv's <code>namesrv_request_duration_seconds</code> histogram, from a request "
+    "frame's arrival at the server to its answer being queued for sending: it leaves out the network, the kernels' "
+    "queues and the generator, which the client's latency includes. It is the difference of two scrapes of the "
+    "server's /metrics, one as the measured window starts (after warm-up) and one at 90 % of it, so its counts are "
+    "about 90 % of the client's. Client request kinds are matched to the server's "
+    "<code>request</code> label by RocketMQ request code name. Percentiles follow Prometheus's "
+    "<code>histogram_quantile</code>: rank = quantile × count; the first bucket whose cumulative count reaches the "
+    "rank holds the answer, interpolated linearly between the bucket's lower and upper bounds (the first bucket's "
+    "lower bound being 0); a rank in the +Inf bucket is answered with the highest finite bound. So they are "
+    "estimates at the resolution of the server's buckets, not exact as the client's are. Mean = sum / count. Runs "
+    "of one thread configuration are merged by summing their bucket counts, never by averaging percentiles.")
+
+
+def _server_section(tables: ReportTables, runs: Sequence[Run]) -> str:
+    """Client and server latency side by side, the server's own tables, and the runs without server metrics."""
+    parts = ["<h2>Client and server latency</h2>", f"<p class=note>{_SERVER_NOTE}</p>"]
+    for run in runs:
+        problem = _server_problem(tables, run)
+        if problem is not None:
+            parts.append(f"<p class=note>{escape(run.run_id)}: no server metrics for this run: {escape(problem)}</p>")
+    if tables.server_latency.empty:
+        return "".join(parts)
+    parts.append("<h3>By run and request</h3>" + _table(tables.client_vs_server, _LATENCY_COLUMNS))
+    if _merges_runs(tables, runs):
+        parts.append("<h3>By thread configuration (runs merged)</h3>"
+                     + _table(tables.client_vs_server_configurations, _LATENCY_COLUMNS))
+    parts.append("<h3>Server latency by run and request code</h3>" + _table(tables.server_latency, _LATENCY_COLUMNS))
+    if _merges_runs(tables, runs):
+        parts.append("<h3>Server latency by thread configuration (runs merged)</h3>"
+                     + _table(tables.server_configurations, _LATENCY_COLUMNS))
+    return "".join(parts)
+
+
+def _server_problem(tables: ReportTables, run: Run) -> str | None:
+    """Why `run` has no server-side latency, None when it has."""
+    problem = tables.runs.loc[tables.runs["run_id"] == run.run_id, "server_metrics_problem"].iloc[0]
+    return problem if isinstance(problem, str) else None
+
+
 _CSS = """body{font-family:sans-serif;margin:24px;color:#222;max-width:1500px}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ccc}h3{font-size:15px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}th,td{border:1px solid #ccc;padding:3px 6px}
@@ -287,7 +421,8 @@ th{background:#f2f2f2}td.n{text-align:right;font-variant-numeric:tabular-nums}.n
 .warn{font-size:13px;color:#8a1c00;background:#fff1e6;padding:4px 8px}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #eee}"""
 #: Columns holding microseconds, shown in milliseconds.
-_LATENCY_COLUMNS = {c: 1000.0 for c in ("p0", "p50", "p90", "p99", "p99_9", "max", "send_delay_p99")}
+_LATENCY_COLUMNS = {c: 1000.0 for c in ("p0", "p50", "p90", "p99", "p99_9", "max", "send_delay_p99", "mean",
+                                        "client_p50", "client_p99", "server_p50", "server_p99")}
 
 
 def _table(frame: pd.DataFrame, divide: dict[str, float]) -> str:
@@ -358,7 +493,9 @@ def _run_section(tables: ReportTables, run: Run) -> str:
     if len(delays) and delays.max() > SEND_DELAY_WARNING_US:
         warning = (f"<p class=warn>The generator sent up to {delays.max() / 1000:,.1f} ms late (send delay p99): "
                    "this run's latencies include that lag (CPU contention on the host, or too few workers).</p>")
-    return (f"<h2>Run {escape(run.run_id)}</h2><p class=note>{escape(facts)}</p>{warning}"
+    problem = _server_problem(tables, run)
+    server_note = "" if problem is None else f"<p class=note>no server metrics for this run: {escape(problem)}</p>"
+    return (f"<h2>Run {escape(run.run_id)}</h2><p class=note>{escape(facts)}</p>{warning}{server_note}"
             f"<div class=charts>{''.join(charts)}</div>")
 
 
