@@ -375,9 +375,9 @@ def _merges_runs(tables: ReportTables, runs: Sequence[Run]) -> bool:
 
 
 _SERVER_NOTE = (
-    "Server-side latency is namesrv's <code>namesrv_request_duration_seconds</code> histogram, from a request "
-    "frame's arrival at the server to its answer being queued for sending: it leaves out the network, the kernels' "
-    "queues and the generator, which the client's latency includes. It is the difference of two scrapes of the "
+    "Server-side latency is namesrv's <code>namesrv_request_duration_seconds</code> histogram, from the reactor "
+    "taking a request frame off its socket to its answer being queued for sending: it leaves out the network, the "
+    "kernels' and ZeroMQ's queues and the generator, which the client's latency includes. It is the difference of two scrapes of the "
     "server's /metrics, one as the measured window starts (after warm-up) and one at 90 % of it, so its counts are "
     "about 90 % of the client's. Client request kinds are matched to the server's "
     "<code>request</code> label by RocketMQ request code name. Percentiles follow Prometheus's "

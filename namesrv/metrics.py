@@ -114,8 +114,8 @@ def _request_families(dispatcher: RequestDispatcher) -> Iterator[Metric]:
     for (code, response, path), count in sorted(totals.answers.items()):
         answers.add_metric([request_name(code), response_name(response), path], count)
     yield answers
-    latency = HistogramMetricFamily("namesrv_request_duration_seconds", "From the poll round that read a request's "
-                                    "frame to its answer being queued for sending, by request code.",
+    latency = HistogramMetricFamily("namesrv_request_duration_seconds", "From the reactor taking a request's frame "
+                                    "off its socket to its answer being queued for sending, by request code.",
                                     labels=["request"])
     for code, buckets in sorted(totals.latency.items()):
         latency.add_metric([request_name(code)], list(zip(LE_LABELS, accumulate(buckets[:-1]))), buckets[-1])

@@ -75,7 +75,7 @@ def test_the_inline_path_counts_a_chunk_of_cached_route_answers_with_their_laten
     server.regular(query, CLIENT)
     assert type(server.inline(query, CLIENT)) is bytes
     tally = server.processor.inline.tally
-    arrived = time.monotonic() - 0.003  # the poll round began 3 ms ago
+    arrived = time.monotonic() - 0.003  # taken off the socket 3 ms ago
     replies, commands = server.processor.inline.answer_all([query] * 5, CLIENT, arrived)
     assert (len(replies), commands) == (5, [])
     # counted once per chunk: the lone answer before it too, as answered with this chunk

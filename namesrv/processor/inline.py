@@ -107,8 +107,8 @@ class InlineAnswers:
 
     def answer_all(self, frames: list[bytes], channel: Channel,
                    arrived: float) -> tuple[list[bytes], list[RemotingCommand]]:
-        """The frames of one received chunk, read in the poll round that started at `arrived`
-        (time.monotonic): (answers, the requests to dispatch, decoded).
+        """The frames of one received chunk, taken off the socket at `arrived` (time.monotonic()):
+        (answers, the requests to dispatch, decoded).
 
         Route queries answered from the cache with JSON headers seen before, most of the traffic,
         are answered for the whole chunk at once: every frame's key and opaque in one scan, the

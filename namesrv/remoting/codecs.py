@@ -17,8 +17,8 @@ from namesrv.protocol.msgpack_codec import decode_msgpack, encode_msgpack
 TCP_TRANSPORT = "tcp"
 ZMQ_TRANSPORT = "zmq"
 
-#: The frames of one received message, their connection and the time.monotonic() of the poll round
-#: that read them in; (whole response frames answered without an executor, the requests to
+#: The frames of one received message, their connection and when the reactor took them
+#: (time.monotonic()) in; (whole response frames answered without an executor, the requests to
 #: dispatch) out. ProtocolError for bad input.
 Decode = Callable[[list[bytes], Channel, float], tuple[list[bytes], list[RemotingCommand]]]
 

@@ -26,6 +26,7 @@ budget and, past it, has `close_incomplete` close the connections holding them
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
@@ -41,7 +42,7 @@ from namesrv.remoting.zmq_intake import IntakeWatch
 
 log = logging.getLogger(__name__)
 
-#: A request to dispatch, with its connection and the time.monotonic() of the poll round that read it.
+#: A request to dispatch, with its connection and when the reactor took its frame (time.monotonic()).
 Job = tuple[Channel, RemotingCommand, float]
 #: Why we close a connection (Endpoint.cut): the peer sent what cannot be decoded or is too large; it
 #: held too many of the in-flight bytes (maxInFlightRequestBytes); it does not read its replies
@@ -273,7 +274,8 @@ class Endpoint:
             frames = self._frames(conn, message)
             if not frames:
                 return  # the middle of a large frame
-            replies, commands = self._decode(frames, channel, now)
+            arrived = time.monotonic()
+            replies, commands = self._decode(frames, channel, arrived)
         except ProtocolError as exc:
             self.close(conn, "bad_input", f"bad frame: {exc}", logging.WARNING)
             return
@@ -283,7 +285,7 @@ class Endpoint:
             return
         if replies:
             self.send(channel.ident, replies, now)
-        jobs.extend((channel, command, now) for command in commands)
+        jobs.extend((channel, command, arrived) for command in commands)
 
 
 class StreamEndpoint(Endpoint):
