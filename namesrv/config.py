@@ -90,11 +90,21 @@ class NamesrvConfig:
                                    remote=True)
     notify_min_broker_id_changed: bool = _inert("RocketMQ's NOTIFY_MIN_BROKER_ID_CHANGE to brokers is not "
                                                 "implemented", False)
-    need_wait_for_service: bool = _key("Refuse route queries for waitSecondsForService after start.", False)
+    need_wait_for_service: bool = _key("Refuse route queries for waitSecondsForService after start, unless the routes "
+                                       "were restored (routeSnapshotEnable).", False)
     wait_seconds_for_service: int = _key("Seconds route queries are refused after start when needWaitForService.",
                                          45)
     delete_topic_with_broker_registration: bool = _key(
         "Drop a broker's queues of topics missing from its full registration.", False, remote=True)
+    route_snapshot_enable: bool = _key("Warm restart: save the route tables (on change, every "
+                                       "routeSnapshotIntervalSeconds, and at shutdown) and serve them again at start.",
+                                       True)
+    route_snapshot_path: str = _key("The route snapshot file; empty: routes.snapshot beside kvConfigPath.", "",
+                                    locked=True)
+    route_snapshot_interval_seconds: int = _key("How often the route tables are saved if a route changed (else "
+                                                "the file is only touched).", 10)
+    route_snapshot_max_age_seconds: int = _key("A route snapshot not held by a running server for longer than "
+                                               "this is not restored.", 300)
     config_black_list: str = _key("Extra keys (;-separated) UPDATE_NAMESRV_CONFIG may never change.",
                                   "configBlackList;configStorePath;kvConfigPath", locked=True)
     # --- NettyServerConfig (RocketMQ) ---

@@ -32,6 +32,7 @@ from namesrv.remoting.curve import exposed_without_curve
 from namesrv.remoting.reactor import tcp_endpoint
 from namesrv.request_stats import RequestStats
 from namesrv.routeinfo import RouteInfoManager, now_ms
+from namesrv.routeinfo.persist import RouteSnapshots
 from namesrv.writelog.log import MAX_WORKERS
 from namesrv.writelog.ports import listening_fd, zmq_tcp_address
 from namesrv.writelog.replication import LogClock, SyncError, WorkerBus, WorkerRole
@@ -48,7 +49,8 @@ FLUSH_SECONDS = 2.0
 
 _AT_LEAST_ONE = ("clientRequestThreadPoolNums", "clientRequestThreadPoolQueueCapacity", "defaultThreadPoolNums",
                  "defaultThreadPoolQueueCapacity", "serverOnewaySemaphoreValue", "serverSelectorThreads",
-                 "scanNotActiveBrokerInterval", "maxFrameLength", "serverWorkerProcesses")
+                 "scanNotActiveBrokerInterval", "maxFrameLength", "serverWorkerProcesses", "routeSnapshotIntervalSeconds",
+                 "routeSnapshotMaxAgeSeconds")
 
 
 def validate(config: NamesrvConfig) -> None:
@@ -160,6 +162,11 @@ class NamesrvController:
         self._tasks.add("scanNotActiveBroker", config.scan_not_active_broker_interval / 1000,
                         self.scan_not_active_brokers)
         self._tasks.add("printKVConfig", KV_LOG_PERIOD_SECONDS, self.kv.log_table)
+        #: Warm restart (one process; worker processes start from their siblings or empty).
+        self.route_snapshots = None
+        if config.route_snapshot_enable and worker is None:
+            self.route_snapshots = RouteSnapshots(config, self.routes)
+            self._tasks.add("saveRouteSnapshot", config.route_snapshot_interval_seconds, self.route_snapshots.save)
         release_free_heap = heap_trimmer()
         if release_free_heap is not None:
             self._tasks.add("releaseFreeHeap", HEAP_TRIM_PERIOD_SECONDS, release_free_heap)
@@ -175,6 +182,8 @@ class NamesrvController:
         if self.bus is None:
             self.reactor.bind()
             self.kv.load()
+            if self.route_snapshots is not None and self.route_snapshots.restore():
+                self.processor.serve_restored_routes()
         else:
             self.kv.load()
             self.bus.start()
@@ -261,6 +270,12 @@ class NamesrvController:
             log.warning("writes still outside the write log after %.0f s; they are not answered", DRAIN_SECONDS)
         self.budget.close()
         self.reactor.stop(FLUSH_SECONDS)
+        if self.route_snapshots is not None:
+            try:
+                self.route_snapshots.save(force=True)
+            except OSError as exc:
+                log.error("the routes were not saved at shutdown (%s): the next start restores an older snapshot, "
+                          "if any", exc)
         if self.bus is not None:
             self.bus.stop()
         self.outbox.close()

@@ -26,11 +26,15 @@ class HandlerContext:
     persist: bool = True
     #: Serialises UPDATE_NAMESRV_CONFIG so two updates cannot interleave their file writes.
     config_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The routes were restored at start (namesrv.routeinfo.persist): nothing to wait for.
+    routes_restored: bool = False
 
     def waiting_for_service(self) -> bool:
-        """Inside the needWaitForService window: route queries are refused ("name server not ready")."""
+        """Inside the needWaitForService window: route queries are refused ("name server not ready").
+        The window is for brokers to re-register after a start; restored routes need none."""
         config = self.config
-        return config.need_wait_for_service and self.clock() - self.started_ms < config.wait_seconds_for_service * 1000
+        return (config.need_wait_for_service and not self.routes_restored
+                and self.clock() - self.started_ms < config.wait_seconds_for_service * 1000)
 
 
 #: A request handler: decoded request (and the connection it came on) -> response.

@@ -44,6 +44,10 @@ class RequestProcessor:
         """Are route queries answered (past the needWaitForService window)?"""
         return not self._ctx.waiting_for_service()
 
+    def serve_restored_routes(self) -> None:
+        """The route tables were restored (a warm restart): route queries need not wait for brokers."""
+        self._ctx.routes_restored = True
+
     def process(self, request: RemotingCommand, channel: Channel, retry: bool = True) -> RemotingCommand | None:
         """The response to `request` (also for oneway requests: the server drops it). `retry=False`:
         None, nothing changed, for a write whose hinted change does not apply (`WriteHandler`)."""

@@ -26,6 +26,7 @@ from typing import Any
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
+from namesrv.errors import ProtocolError
 from namesrv.protocol.codes import PERM_READ, PERM_WRITE, FLAG_UNIT, FLAG_UNIT_SUB
 from namesrv.protocol.route import (
     MASTER_ID,
@@ -94,6 +95,9 @@ class RouteInfoManager:
         #: Registrations since start: "applied" (a topic table read) or "unchanged" (a liveness refresh).
         self.registrations = {"applied": 0, "unchanged": 0}
         self._route_cache = RouteBodyCache(route_cache_bytes)
+        #: Grows with every change of a topic's route (namesrv.routeinfo.persist saves the tables
+        #: when it moved): liveness refreshes and a new DataVersion alone do not move it.
+        self.route_changes = 0
 
     # ------------------------------------------------------------------ registration
 
@@ -343,7 +347,7 @@ class RouteInfoManager:
                     log.warning("broker %s: static-topic mapping of %s has no bname, ignored", broker_name, topic)
                     continue
                 self._mappings.setdefault(topic, {})[bname] = info
-                self._route_cache.invalidate((topic,))
+                self._routes_changed((topic,))
 
     def query_data_version(self, cluster_name: str, broker_addr: str,
                            data_version: DataVersion | None) -> tuple[bool, DataVersion | None]:
@@ -487,7 +491,7 @@ class RouteInfoManager:
             del infos[broker_name]
             if not infos:
                 del self._mappings[topic]
-            self._route_cache.invalidate((topic,))
+            self._routes_changed((topic,))
         log.info("broker group %s removed", broker_name)
 
     # ------------------------------------------------------------------ admin operations
@@ -661,6 +665,52 @@ class RouteInfoManager:
         with self._lock.read:
             return self._snapshot_locked(), dict(self._queue_changes)
 
+    def export_routes(self) -> dict[str, Any]:
+        """The topology as plain data under one read lock, for a warm restart (namesrv.routeinfo.persist):
+        groups, clusters, queue entries, filter servers, static-topic mappings and each broker's
+        address, HA address, timeout and DataVersion; not connections, liveness or shortcuts."""
+        with self._lock.read:  # copies of the containers only (QueueData is immutable): writers wait less
+            routes = {
+                "clusters": {cluster: sorted(names) for cluster, names in self._clusters.items()},
+                "groups": [[g.cluster, g.broker_name, list(g.broker_addrs.items()), g.enable_acting_master, g.zone_name]
+                           for g in self._brokers.values()],
+                "live": [[cluster, addr, live.ha_server_addr, live.heartbeat_timeout_millis,
+                          live.data_version.to_dict()] for (cluster, addr), live in self._live.items()],
+                "filters": [[cluster, addr, list(servers)] for (cluster, addr), servers in self._filters.items()],
+                "mappings": {topic: dict(infos) for topic, infos in self._mappings.items()},
+            }
+            queues = [(topic, list(by_group.values())) for topic, by_group in self._topic_queues.items()]
+        routes["queues"] = [[topic, [[q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag]
+                                     for q in entries]] for topic, entries in queues]
+        return routes
+
+    def restore_routes(self, routes: dict[str, Any], now: int) -> dict[str, int]:
+        """Replace every table by an `export_routes` result; each broker counts as registered at `now`
+        (no connection yet). ValueError, changing nothing, for data that is not such a result or
+        holds more than maxBrokers / maxQueueDatas. Returns the sizes restored."""
+        config = self._config
+        try:
+            live = {(cluster, addr): BrokerLiveInfo(now, timeout, DataVersion.from_dict(version), None, ha)
+                    for cluster, addr, ha, timeout, version in routes["live"]}
+            topics = {topic: {name: QueueData(name, read, write, perm, flag) for name, read, write, perm, flag in rows}
+                      for topic, rows in routes["queues"]}
+            tables = RouteTables(
+                topics,
+                {name: BrokerData(cluster, name, {int(i): addr for i, addr in addrs}, bool(acting), zone)
+                 for cluster, name, addrs, acting, zone in routes["groups"]},
+                {cluster: set(names) for cluster, names in routes["clusters"].items()},
+                live,
+                {(cluster, addr): list(servers) for cluster, addr, servers in routes["filters"]},
+                {topic: dict(infos) for topic, infos in routes["mappings"].items()})
+        except (KeyError, TypeError, ValueError, ProtocolError) as exc:
+            raise ValueError(f"not a route table: {type(exc).__name__}: {exc}") from None
+        queue_datas = sum(map(len, topics.values()))
+        if len(live) > config.max_brokers or queue_datas > config.max_queue_datas:
+            raise ValueError(f"{len(live)} brokers and {queue_datas} queue entries: more than maxBrokers "
+                             f"({config.max_brokers}) or maxQueueDatas ({config.max_queue_datas})")
+        self.import_tables(tables, {})
+        return self.sizes()
+
     def import_tables(self, tables: RouteTables, queue_changes: dict[str, int]) -> None:
         """Replace every table by an `export_tables` result (taken over, not copied); the derived
         indexes are rebuilt and every cached route dropped."""
@@ -681,6 +731,8 @@ class RouteInfoManager:
             for queues in self._topic_queues.values():
                 for broker_name, queue in queues.items():
                     queues[broker_name] = self._queue_pool.setdefault(broker_name, {}).setdefault(queue, queue)
+            self._queue_datas = sum(map(len, self._topic_queues.values()))
+            self.route_changes += 1
             self._route_cache.invalidate(self._route_cache.topics())
 
     def _snapshot_locked(self) -> RouteTables:
@@ -712,7 +764,7 @@ class RouteInfoManager:
         pool = self._queue_pool.setdefault(queue.broker_name, {})
         queues[queue.broker_name] = pool.setdefault(queue, queue)  # thousands of topics share a few values
         self._queue_changes[queue.broker_name] = self._queue_changes.get(queue.broker_name, 0) + 1
-        self._route_cache.invalidate((topic,))
+        self._routes_changed((topic,))
         return True
 
     def _remove_queue(self, topic: str, broker_name: str) -> None:
@@ -724,14 +776,19 @@ class RouteInfoManager:
         if not queues:
             del self._topic_queues[topic]
             log.debug("topic removed: %s", topic)
-        self._route_cache.invalidate((topic,))
+        self._routes_changed((topic,))
 
     def _invalidate_broker(self, broker_name: str) -> None:
         """The group's addresses or flags changed: every topic it serves has a new route.
 
         Walks the cached topics (only queried topics are cached), not the topic table.
         """
+        self.route_changes += 1
         self._route_cache.invalidate_where(lambda topic: broker_name in self._topic_queues.get(topic, ()))
+
+    def _routes_changed(self, topics: tuple[str, ...]) -> None:
+        self.route_changes += 1
+        self._route_cache.invalidate(topics)
 
     def _topics_of(self, broker_name: str) -> list[str]:
         """Topics with a queue entry of the group: a full scan, for rare broker-wide operations."""

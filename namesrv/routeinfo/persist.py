@@ -1,0 +1,153 @@
+"""Warm restart: the route tables saved to a file, and served again at the next start.
+
+After a restart RocketMQ's NameServer answers TOPIC_NOT_EXIST for every topic until each broker's
+next registration (up to 30 s; `needWaitForService` only makes clients wait instead). namesrv
+saves its route tables (`routeSnapshotPath`, beside the KV file by default) whenever a route
+changed, at most every `routeSnapshotIntervalSeconds`, and at shutdown, and restores them at start:
+every restored broker is served at once, as if it had just registered (no connection yet), and
+expires like any silent broker if it does not register again within its timeout (120 s by
+default). The trade-off: a broker that died while the NameServer was down is served until then.
+When no route changed the file is only touched, so its modification time says until when a
+running server held these routes; a snapshot older than `routeSnapshotMaxAgeSeconds` by that time
+is not restored: its routes are too likely gone.
+
+The file is written atomically (a temporary file, fsync, rename, fsync of the directory), so
+after a crash at any point, kill -9 included, it holds the previous snapshot or the new one. Its
+content is msgpack behind a magic and a CRC32: a torn, truncated or foreign file is refused with
+a log line and the server starts cold, as RocketMQ would. What is saved is topology only: groups,
+addresses, queue entries, filter servers, static-topic mappings, each broker's DataVersion (so
+its next registration with an unchanged topic table is a liveness refresh); not connections,
+liveness times or the registration shortcuts, which the next registration rebuilds.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import struct
+import time
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from namesrv.config import NamesrvConfig
+from namesrv.kvconfig import write_atomically
+from namesrv.routeinfo.manager import RouteInfoManager
+from namesrv.routeinfo.model import now_ms
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"NSRVROUT"
+FORMAT = 1
+_CRC = struct.Struct(">I")
+#: A snapshot file larger than this is not read (maxQueueDatas entries take about 60 bytes each).
+MAX_FILE_BYTES = 512 * 1024 * 1024
+
+
+class SnapshotError(Exception):
+    """The file is not a route snapshot namesrv can restore."""
+
+
+def encode(routes: dict[str, Any], taken_ms: int) -> bytes:
+    payload = msgpack.packb({"format": FORMAT, "takenAtMs": taken_ms, "routes": routes})
+    return MAGIC + _CRC.pack(zlib.crc32(payload)) + payload
+
+
+def decode(blob: bytes) -> tuple[int, dict[str, Any]]:
+    """(when it was taken, wall-clock ms; the tables as `RouteInfoManager.export_routes` gave them)."""
+    head = len(MAGIC) + _CRC.size
+    if len(blob) < head or not blob.startswith(MAGIC):
+        raise SnapshotError("not a namesrv route snapshot")
+    if _CRC.unpack_from(blob, len(MAGIC))[0] != zlib.crc32(blob[head:]):
+        raise SnapshotError("CRC32 mismatch: the file is torn or was changed")
+    try:
+        snapshot = msgpack.unpackb(blob[head:], strict_map_key=False)
+        if snapshot["format"] != FORMAT:
+            raise SnapshotError(f"format {snapshot['format']!r}, this namesrv reads {FORMAT}")
+        return int(snapshot["takenAtMs"]), snapshot["routes"]
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+        raise SnapshotError(f"unreadable: {type(exc).__name__}: {exc}") from None
+
+
+@contextmanager
+def no_collection() -> Iterator[None]:
+    """Python's cyclic collector paused: copying 300,000 queue entries makes as many new lists, and
+    the full collections they set off over the whole heap cost twice the copy itself (and, during
+    `export_routes`, twice as long a read lock). Nothing made here holds a cycle."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def snapshot_path(config: NamesrvConfig) -> Path:
+    """routeSnapshotPath, or routes.snapshot beside the KV file (a server with its own KV file has its own routes)."""
+    return Path(config.route_snapshot_path or Path(config.kv_config_path).parent / "routes.snapshot")
+
+
+class RouteSnapshots:
+    """`restore()` once before serving; `save()` periodically; `save(force=True)` at shutdown."""
+
+    def __init__(self, config: NamesrvConfig, routes: RouteInfoManager) -> None:
+        self._config = config
+        self._routes = routes
+        self.path = snapshot_path(config)
+        #: `routes.route_changes` when the file last matched the tables (None: never written here).
+        self._saved_changes: int | None = None
+
+    def restore(self, now: int | None = None) -> bool:
+        """Serve the saved tables, if a usable snapshot is there; False (logged why) otherwise."""
+        now = now_ms() if now is None else now
+        path = self.path
+        try:
+            if path.stat().st_size > MAX_FILE_BYTES:
+                raise SnapshotError(f"larger than {MAX_FILE_BYTES} bytes")
+            held_until_ms = path.stat().st_mtime_ns // 1_000_000
+            started = time.perf_counter()
+            with no_collection():
+                taken_ms, tables = decode(path.read_bytes())
+            age_s = (now - max(taken_ms, held_until_ms)) / 1000
+            max_age = self._config.route_snapshot_max_age_seconds
+            if age_s > max_age:
+                log.warning("route snapshot %s is %.0f s old, more than routeSnapshotMaxAgeSeconds (%d): starting "
+                            "with no routes", path, age_s, max_age)
+                return False
+            with no_collection():
+                sizes = self._routes.restore_routes(tables, now)
+        except FileNotFoundError:
+            log.info("no route snapshot at %s: starting with no routes", path)
+            return False
+        except (OSError, SnapshotError, ValueError) as exc:
+            log.error("route snapshot %s not restored (%s): starting with no routes", path, exc)
+            return False
+        self._saved_changes = self._routes.route_changes
+        log.info("restored the routes held %.1f s ago from %s in %.3f s: %s; each broker expires unless it "
+                 "registers again within its timeout", age_s, path, time.perf_counter() - started,
+                 ", ".join(f"{count} {what}" for what, count in sizes.items()))
+        return True
+
+    def save(self, force: bool = False) -> bool:
+        """Write the tables if a route changed since the last write (`force`: anyway), else touch the
+        file; True if written."""
+        routes = self._routes
+        changes = routes.route_changes  # read first: a change during the export is saved next time
+        if not force and changes == self._saved_changes:
+            try:
+                os.utime(self.path)
+            except FileNotFoundError:
+                self._saved_changes = None  # removed behind our back: written at the next call
+            return False
+        started = time.perf_counter()
+        with no_collection():
+            blob = encode(routes.export_routes(), now_ms())
+        write_atomically(self.path, blob, mode=0o600)
+        self._saved_changes = changes
+        log.debug("saved the routes to %s (%d bytes) in %.3f s", self.path, len(blob), time.perf_counter() - started)
+        return True

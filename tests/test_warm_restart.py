@@ -1,0 +1,227 @@
+"""Warm restart (namesrv.routeinfo.persist): the route tables saved and served again at the next start,
+driven directly and end to end (a real server restarted, SIGTERM and SIGKILL, and a real Java
+broker and producer across a restart)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+from namesrv.config import NamesrvConfig
+from namesrv.launcher import NamesrvProcess
+from namesrv.protocol import (DataVersion, RegisterBrokerBody, RequestCode, ResponseCode, TopicConfig,
+                              TopicConfigSerializeWrapper, TopicRouteData)
+from namesrv.routeinfo import RouteInfoManager
+from namesrv.routeinfo.persist import RouteSnapshots, decode, encode, snapshot_path
+from test_operator_http import RMQ, free_broker_port, get, java_reference_skip_reason, scrape
+
+NOW = 1_700_000_000_000
+
+
+def manager(tmp_path: Path, clock=lambda: NOW, **config: object) -> tuple[NamesrvConfig, RouteInfoManager]:
+    settings = NamesrvConfig(kv_config_path=str(tmp_path / "kvConfig.json"), **config)
+    return settings, RouteInfoManager(settings, clock=clock)
+
+
+def fill(routes: RouteInfoManager, brokers: int = 3, topics: int = 20) -> None:
+    for b in range(brokers):
+        for broker_id in (0, 1):
+            table = {f"T{t}": TopicConfig(f"T{t}", 4 + b, 4, perm=6 if t % 2 else 4) for t in range(b, topics)}
+            wrapper = TopicConfigSerializeWrapper(table, DataVersion(b + 1, NOW, 0))
+            routes.register_broker(cluster_name=f"C{b % 2}", broker_addr=f"127.0.0.1:{10911 + 10 * b + broker_id}",
+                                   broker_name=f"broker-{b}", broker_id=broker_id, ha_server_addr=f"127.0.0.1:{b}",
+                                   wrapper=wrapper, filter_server_list=[f"127.0.0.1:{20000 + b}"] if b else [],
+                                   channel=None)
+
+
+def routes_of(routes: RouteInfoManager) -> dict[str, TopicRouteData | None]:
+    return {topic: routes.pickup_topic_route(topic) for topic in routes.all_topics().topic_list}
+
+
+def test_a_snapshot_restores_every_route_and_each_broker_as_just_registered(tmp_path) -> None:
+    config, before = manager(tmp_path)
+    fill(before)
+    taken = encode(before.export_routes(), NOW)
+    _, after = manager(tmp_path, clock=lambda: NOW + 60_000)
+    sizes = after.restore_routes(decode(taken)[1], NOW + 50_000)
+    assert sizes == before.sizes() == {"brokers": 6, "clusters": 2, "brokerGroups": 3, "topics": 20, "queueDatas": 57}
+    assert routes_of(after) == routes_of(before) and routes_of(after)["T5"] is not None
+    assert after.cluster_info() == before.cluster_info()
+    restored = after.snapshot().broker_live_table
+    assert {live.last_update_timestamp for live in restored.values()} == {NOW + 50_000}
+    assert {live.channel for live in restored.values()} == {None}
+    assert restored["C1", "127.0.0.1:10921"].data_version == DataVersion(2, NOW, 0)
+    # silent, a restored broker expires like any other: 120 s after the restore
+    assert after.scan_not_active_brokers(NOW + 50_000 + 119_000) == []
+    assert len(after.scan_not_active_brokers(NOW + 50_000 + 121_000)) == 6 and after.sizes()["topics"] == 0
+
+
+def test_a_torn_foreign_or_stale_file_is_not_restored_and_the_server_starts_empty(tmp_path, caplog) -> None:
+    config, routes = manager(tmp_path, route_snapshot_max_age_seconds=60)
+    fill(routes)
+    snapshots = RouteSnapshots(config, routes)
+    assert snapshots.save() and snapshots.path == tmp_path / "routes.snapshot"
+    good = snapshots.path.read_bytes()
+    for name, blob in (("torn", good[: len(good) // 2]), ("flipped", good[:-1] + bytes([good[-1] ^ 1])),
+                       ("foreign", b'{"brokers": []}'), ("empty", b"")):
+        snapshots.path.write_bytes(blob)
+        _, fresh = manager(tmp_path)
+        assert not RouteSnapshots(config, fresh).restore(), name
+        assert fresh.sizes()["brokers"] == 0
+    assert "CRC32 mismatch" in caplog.text and "not a namesrv route snapshot" in caplog.text
+    snapshots.path.write_bytes(good)
+    _, fresh = manager(tmp_path)
+    held = snapshots.path.stat().st_mtime_ns // 1_000_000
+    assert not RouteSnapshots(config, fresh).restore(now=held + 61_000)
+    assert RouteSnapshots(config, fresh).restore(now=held + 59_000) and fresh.sizes()["brokers"] == 6
+
+
+def test_the_file_is_written_when_a_route_changed_and_only_touched_otherwise(tmp_path) -> None:
+    config, routes = manager(tmp_path)
+    fill(routes, brokers=1)
+    snapshots = RouteSnapshots(config, routes)
+    assert snapshots.save()
+    content = snapshots.path.read_bytes()
+    os.utime(snapshots.path, ns=(0, 0))
+    fill(routes, brokers=1)  # the same registrations again: no route changed
+    assert not snapshots.save()
+    assert snapshots.path.read_bytes() == content and snapshots.path.stat().st_mtime > time.time() - 60
+    routes.wipe_write_perm_of_broker("broker-0")
+    assert snapshots.save() and snapshots.path.read_bytes() != content
+    assert not snapshots.save() and snapshots.save(force=True)
+
+
+def test_a_snapshot_past_the_route_table_bounds_is_refused_whole(tmp_path) -> None:
+    config, routes = manager(tmp_path)
+    fill(routes)
+    RouteSnapshots(config, routes).save()
+    small, fresh = manager(tmp_path, max_brokers=5)
+    assert not RouteSnapshots(small, fresh).restore() and fresh.sizes()["brokers"] == 0
+    assert snapshot_path(NamesrvConfig(route_snapshot_path=str(tmp_path / "x"))) == tmp_path / "x"
+
+
+# ---- a real server
+
+
+def register(conn, timeout_ms: int | None = None) -> None:
+    table = {topic: TopicConfig(topic, 4, 4) for topic in ("Warm1", "Warm2")}
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper(table, DataVersion(1, NOW, 0))).encode()
+    header = {"brokerName": "broker-w", "brokerAddr": "127.0.0.1:10911", "clusterName": "W", "brokerId": 0,
+              "haServerAddr": "127.0.0.1:10912", "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
+    if timeout_ms is not None:
+        header["heartbeatTimeoutMillis"] = timeout_ms
+    assert conn.call(conn.request(RequestCode.REGISTER_BROKER, header, body)).code == ResponseCode.SUCCESS
+
+
+def route_code(conn, topic: str = "Warm1") -> int:
+    return conn.call(conn.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})).code
+
+
+@pytest.fixture
+def restartable(tmp_path):
+    """`start(**overrides)`: a server on the same work directory and port each time; stopped at teardown."""
+    servers: list[NamesrvProcess] = []
+
+    def start(**overrides: object) -> NamesrvProcess:
+        port = servers[-1].address.rsplit(":", 1)[1] if servers else 0
+        server = NamesrvProcess({"listenPort": port, "scanNotActiveBrokerInterval": 100, **overrides},
+                                workdir=tmp_path / "server").start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def test_a_restarted_server_answers_routes_at_once_and_a_silent_broker_then_expires(restartable, raw_connect) -> None:
+    first = restartable(needWaitForService=True, waitSecondsForService=0)
+    broker = raw_connect(first.address)
+    register(broker, timeout_ms=3000)
+    assert route_code(broker) == ResponseCode.SUCCESS
+    first.stop()  # SIGTERM with the broker still connected: its routes are saved at shutdown
+    started = time.monotonic()
+    second = restartable(needWaitForService=True, waitSecondsForService=60)
+    client = raw_connect(second.address)
+    assert route_code(client) == ResponseCode.SUCCESS  # restored: no TOPIC_NOT_EXIST, no 60-s wait
+    assert get(second.http_url + "/ready")[0] == 200
+    assert "restored the routes" in second.log_text()
+    while route_code(client) == ResponseCode.SUCCESS:  # the broker never registers again
+        assert time.monotonic() - started < 10, "the restored broker did not expire"
+        time.sleep(0.1)
+    assert time.monotonic() - started >= 2.5  # its 3-s timeout counted from the restart
+    assert route_code(client) == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_a_killed_server_restores_the_routes_of_its_last_periodic_save(restartable, raw_connect) -> None:
+    first = restartable(routeSnapshotIntervalSeconds=1)
+    register(raw_connect(first.address))
+    snapshot = first.workdir / "routes.snapshot"
+    deadline = time.monotonic() + 10
+    while not snapshot.exists():
+        assert time.monotonic() < deadline, "no periodic save"
+        time.sleep(0.05)
+    first.kill()  # no shutdown: what is on disk is the last periodic save
+    second = restartable()
+    assert route_code(raw_connect(second.address), "Warm2") == ResponseCode.SUCCESS
+    assert not (first.workdir / "routes.snapshot.tmp").exists()
+
+
+def test_with_warm_restart_off_a_restart_answers_topic_not_exist(restartable, raw_connect) -> None:
+    first = restartable(routeSnapshotEnable=False)
+    register(raw_connect(first.address))
+    first.stop()
+    second = restartable(routeSnapshotEnable=False)
+    assert route_code(raw_connect(second.address)) == ResponseCode.TOPIC_NOT_EXIST
+    assert not (second.workdir / "routes.snapshot").exists()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(java_reference_skip_reason() is not None, reason=str(java_reference_skip_reason()))
+def test_a_java_producer_started_right_after_a_restart_sends_without_failures(restartable, tmp_path) -> None:
+    """A real broker 4.9.8 registers (every 30 s); namesrv restarts; a fresh Java producer and consumer
+    start at once. Warm, every send succeeds and no live topic is answered TOPIC_NOT_EXIST; cold
+    (routeSnapshotEnable=false, as RocketMQ behaves) the same producer fails to send."""
+    env = {k: v for k, v in os.environ.items() if k != "NAMESRV_ADDR"}
+    env["ROCKETMQ_REF_RUN"] = str(tmp_path / "rmq")
+    server = restartable()
+    port = free_broker_port()
+    subprocess.run([RMQ / "bin" / "broker", server.address, str(port), "broker-warm"], env=env, check=True,
+                   capture_output=True, text=True, timeout=120)
+
+    def produce_consume(address: str) -> dict:
+        result = subprocess.run([RMQ / "bin" / "produce-consume", address, "WarmRestartTopic", "20", "20"], env=env,
+                                capture_output=True, text=True, timeout=120)
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    def topic_not_exist(server: NamesrvProcess) -> float:
+        return scrape(server).get('namesrv_requests_total{path="executor",request="GET_ROUTEINFO_BY_TOPIC",'
+                                  'response="TOPIC_NOT_EXIST"}', 0.0)
+
+    try:
+        assert produce_consume(server.address)["send_errors"] == 0  # the topic exists now
+        outcomes = {}
+        for warm in (True, False):
+            server.stop()
+            server = restartable(routeSnapshotEnable=warm)
+            started = time.monotonic()
+            outcome = produce_consume(server.address)
+            outcome["seconds"] = time.monotonic() - started
+            outcome["topic_not_exist"] = topic_not_exist(server)
+            outcomes[warm] = outcome
+            # back to a registered broker before the next round: wait for its 30-s registration
+            deadline = time.monotonic() + 40
+            while "namesrv_brokers 1.0" not in get(server.http_url + "/metrics")[2]:
+                assert time.monotonic() < deadline, "the broker did not register again"
+                time.sleep(0.5)
+        print(f"warm: {outcomes[True]}\ncold: {outcomes[False]}")
+        assert outcomes[True]["send_errors"] == 0 and outcomes[True]["received"] == 20
+        assert outcomes[True]["topic_not_exist"] == 0
+        assert outcomes[False]["send_errors"] > 0 and outcomes[False]["topic_not_exist"] > 0
+    finally:
+        subprocess.run([RMQ / "bin" / "stop", "broker-warm"], env=env, capture_output=True, timeout=60)
