@@ -136,39 +136,48 @@ def one_mode(warm: bool, fleet: FleetShape, registrations: list[bytes], routes: 
              register_period: float) -> dict[str, object]:
     workdir = Path(tempfile.mkdtemp(prefix="warm-restart-"))
     options = {"routeSnapshotEnable": str(warm).lower(), "zmqListenAddress": ""}
-    server = NamesrvProcess(options, workdir=workdir).start()
-    expected = fleet.brokers * fleet.topics_per_broker
-    fleet_conn = Connection(server.address)
-    register_all(fleet_conn, registrations)
-    held = queue_datas(server)
-    assert held == expected, f"the fleet did not register whole: {held} of {expected} queue entries"
-    clients = RouteClients(server.address, routes)
-    clients.start()
-    time.sleep(1.0)
-    clients.phase = "down"
-    started = time.monotonic()
-    server.stop()
-    stop_s = time.monotonic() - started
-    snapshot = workdir / "routes.snapshot"
-    size = snapshot.stat().st_size if snapshot.exists() else 0
-    port = server.address.rsplit(":", 1)[1]
-    started = time.monotonic()
-    restarted = NamesrvProcess({**options, "listenPort": port}, workdir=workdir).start()
-    serving_s = time.monotonic() - started
-    clients.phase = "after"
-    fleet_conn.close()
-    fleet_conn = Connection(restarted.address)
-    fleet_thread = threading.Thread(target=register_all, args=(fleet_conn, registrations, register_period))
-    fleet_thread.start()
-    while queue_datas(restarted) < expected:
-        time.sleep(0.01)
-    full_s = time.monotonic() - started
-    fleet_thread.join()
-    time.sleep(1.0)
-    clients.stop()
-    restored = _RESTORED.search(restarted.log_text())
-    restarted.stop()
-    fleet_conn.close()
+    servers = [NamesrvProcess(options, workdir=workdir)]
+    connections: list[Connection] = []
+    clients = None
+    try:
+        server = servers[0].start()
+        expected = fleet.brokers * fleet.topics_per_broker
+        connections.append(Connection(server.address))
+        register_all(connections[-1], registrations)
+        held = queue_datas(server)
+        assert held == expected, f"the fleet did not register whole: {held} of {expected} queue entries"
+        clients = RouteClients(server.address, routes)
+        clients.start()
+        time.sleep(1.0)
+        clients.phase = "down"
+        started = time.monotonic()
+        server.stop()
+        stop_s = time.monotonic() - started
+        snapshot = workdir / "routes.snapshot"
+        size = snapshot.stat().st_size if snapshot.exists() else 0
+        port = server.address.rsplit(":", 1)[1]
+        started = time.monotonic()
+        servers.append(NamesrvProcess({**options, "listenPort": port}, workdir=workdir))
+        restarted = servers[-1].start()
+        serving_s = time.monotonic() - started
+        clients.phase = "after"
+        connections.append(Connection(restarted.address))
+        fleet_thread = threading.Thread(target=register_all, args=(connections[-1], registrations, register_period))
+        fleet_thread.start()
+        while queue_datas(restarted) < expected:
+            time.sleep(0.01)
+        full_s = time.monotonic() - started
+        fleet_thread.join()
+        time.sleep(1.0)
+        clients.stop()
+        restored = _RESTORED.search(restarted.log_text())
+    finally:
+        if clients is not None:
+            clients.stop()
+        for server in servers:
+            server.stop()
+        for conn in connections:
+            conn.close()
     after = {name: count for (phase, name), count in clients.answers.items() if phase == "after"}
     return {"mode": "warm" if warm else "cold", "stop_s": stop_s, "snapshot_bytes": size, "serving_s": serving_s,
             "full_routes_s": full_s, "restore_s": float(restored["seconds"]) if restored else None,

@@ -204,6 +204,9 @@ class NamesrvConfig:
         "counts three), the unit its memory grows by (300-500 bytes each, by name length). A registration "
         "(REGISTER_BROKER, REGISTER_TOPIC_IN_NAMESRV) that would add more is refused with SYSTEM_ERROR naming "
         "the limit and changes nothing. RocketMQ has no bound.", 1000000, locked=True)
+    max_route_subscription_topics: int = _key(
+        "Most topics named in route-change subscriptions (SUBSCRIBE_ROUTE_CHANGES) over all connections; a "
+        "subscription past it is refused with SYSTEM_ERROR.", 1000000, locked=True)
     # --- namesrv's own: processes ---
     server_worker_processes: int = _key(
         "Processes serving connections in parallel (1-255). Above 1 the command starts a supervisor and this "

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from namesrv.channel import Channel
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.descriptors import fit_descriptor_limit
 from namesrv.kvconfig import KVConfigManager
@@ -33,6 +34,7 @@ from namesrv.remoting.reactor import tcp_endpoint
 from namesrv.request_stats import RequestStats
 from namesrv.routeinfo import RouteInfoManager, now_ms
 from namesrv.routeinfo.persist import RouteSnapshots
+from namesrv.route_publisher import RoutePublisher
 from namesrv.writelog.log import MAX_WORKERS
 from namesrv.writelog.ports import listening_fd, zmq_tcp_address
 from namesrv.writelog.replication import LogClock, SyncError, WorkerBus, WorkerRole
@@ -140,10 +142,11 @@ class NamesrvController:
         self.dispatcher = RequestDispatcher(config, self.processor, self.outbox, pool_of=POOL_OF,
                                             forward_write=None if self.bus is None else self.bus.forward,
                                             write_codes=WRITE_CODES, budget=self.budget, stats=self.stats)
-        self.reactor = Reactor(config, self.dispatcher, self.outbox,
-                               self.routes.on_channel_destroy if self.bus is None else self.bus.propose_close,
+        self.reactor = Reactor(config, self.dispatcher, self.outbox, self._channel_closed,
                                selector_threads(config, 1 if worker is None else worker.workers),
                                decode=self.processor.inline.answer_all)
+        self.route_publisher = RoutePublisher(config, self.routes, self.kv, self.processor.subscriptions,
+                                              self.outbox, self.reactor)
         #: The operator's HTTP port: one per server (worker 0's with worker processes, whose `/metrics`
         #: gathers its siblings' through `_gatherer`; they answer through `_metrics_peer`).
         self.http = None
@@ -198,6 +201,7 @@ class NamesrvController:
         if self.reactor.zmq_address is not None:
             self.config.zmq_listen_address = self.reactor.zmq_address
         self.dispatcher.start()
+        self.route_publisher.start()
         self.reactor.start()
         self._tasks.start()
         if self.http is not None:
@@ -246,6 +250,14 @@ class NamesrvController:
             if removed.channel is not None:
                 self.outbox.close_channel(removed.channel, f"broker {removed.broker_addr} expired")
 
+    def _channel_closed(self, channel: Channel) -> None:
+        """A connection closed (reactor thread): its subscription ends; the brokers it registered go."""
+        self.processor.subscriptions.unsubscribe(channel)
+        if self.bus is None:
+            self.routes.on_channel_destroy(channel)
+        else:
+            self.bus.propose_close(channel)
+
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """What /ready answers: route queries are answered (needWaitForService done), with the table's sizes."""
         ready = self.processor.serving_routes()
@@ -268,6 +280,7 @@ class NamesrvController:
             log.warning("requests still running after %.0f s; their replies are lost", DRAIN_SECONDS)
         if self.bus is not None and not self.bus.drain(DRAIN_SECONDS):
             log.warning("writes still outside the write log after %.0f s; they are not answered", DRAIN_SECONDS)
+        self.route_publisher.stop()
         self.budget.close()
         self.reactor.stop(FLUSH_SECONDS)
         if self.route_snapshots is not None:

@@ -184,6 +184,8 @@ class RequestFuzzer:
             RequestCode.GET_TOPICS_BY_CLUSTER: {"cluster": self.pick(CLUSTERS)},
             RequestCode.GET_BROKER_MEMBER_GROUP: {"clusterName": self.pick(CLUSTERS), "brokerName": self.pick(BROKERS)},
             RequestCode.BROKER_HEARTBEAT: self.identity(),
+            RequestCode.SUBSCRIBE_ROUTE_CHANGES: ({"all": "true"} if self.chance(0.3) else
+                                                  {"topics": ";".join(self.rng.sample(TOPICS[:3], 2))}),
         }
         if code in bodyless:
             ext, body = bodyless[code], None
@@ -377,7 +379,7 @@ def test_every_code_is_reached_with_success_and_with_errors(tmp_path, seed):
                       RequestCode.GET_UNIT_TOPIC_LIST, RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST,
                       RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, RequestCode.GET_BROKER_MEMBER_GROUP,
                       RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER,
-                      RequestCode.GET_TOPICS_BY_CLUSTER, RequestCode.DELETE_KV_CONFIG}
+                      RequestCode.GET_TOPICS_BY_CLUSTER, RequestCode.DELETE_KV_CONFIG, RequestCode.UNSUBSCRIBE_ROUTE_CHANGES}
     for code, seen in outcomes.items():
         assert True in seen, f"code {code} never succeeded"
         if code not in always_succeed:

@@ -28,6 +28,8 @@ ROCKETMQ_4_9_CODES = {100, 101, 102, 103, 104, 105, 106, 205, 206, 216, 219, 224
 #: RocketMQ 5.x (apache/rocketmq 8fc57f1): DefaultRequestProcessor's switch and ClientRequestProcessor (105).
 ROCKETMQ_5_CODES = {100, 101, 102, 103, 104, 105, 106, 205, 206, 216, 217, 219, 224, 304, 311, 312, 313, 318, 319,
                     322, 327, 901, 904}
+#: namesrv's own (namesrv.processor.route_push), in a range RocketMQ does not use.
+NAMESRV_CODES = {RequestCode.SUBSCRIBE_ROUTE_CHANGES, RequestCode.UNSUBSCRIBE_ROUTE_CHANGES}
 #: Codes of the NameServer's world it does not serve on its port, and why.
 KNOWINGLY_NOT_SUPPORTED = {
     905: "NOTIFY_MIN_BROKER_ID_CHANGE: a NameServer sends it to brokers, never serves it",
@@ -38,7 +40,8 @@ JAR = Path(__file__).resolve().parents[2] / "shared" / "rocketmq-4.9.8" / "lib" 
 
 
 def test_every_rocketmq_nameserver_code_is_declared_and_nothing_else() -> None:
-    assert SUPPORTED_CODES == ROCKETMQ_4_9_CODES | ROCKETMQ_5_CODES
+    assert SUPPORTED_CODES == ROCKETMQ_4_9_CODES | ROCKETMQ_5_CODES | NAMESRV_CODES
+    assert min(NAMESRV_CODES) > max(ROCKETMQ_5_CODES | set(KNOWINGLY_NOT_SUPPORTED)) + 80_000
     assert not SUPPORTED_CODES & set(KNOWINGLY_NOT_SUPPORTED)
 
 
@@ -66,7 +69,8 @@ def test_the_derived_sets_follow_the_rows() -> None:
     assert ADMIN_CODES <= WRITE_CODES, "an admin request that changes nothing needs no guard"
     assert WRITE_CODES == {100, 102, 103, 104, 205, 216, 217, 318, 322, 327, 904}
     assert PERSISTED_CODES == {100, 102, 318} and PERSISTED_CODES <= WRITE_CODES
-    assert {code for code, pool in POOL_OF.items() if pool == "client"} == {RequestCode.GET_ROUTEINFO_BY_TOPIC}
+    assert {code for code, pool in POOL_OF.items() if pool == "client"} == {RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                                            *NAMESRV_CODES}
     assert {spec.code: spec.inline for spec in REQUESTS if spec.inline} == {
         RequestCode.GET_ROUTEINFO_BY_TOPIC: Inline.ROUTE_QUERY, RequestCode.REGISTER_BROKER: Inline.REGISTRATION}
 
@@ -87,7 +91,8 @@ def state(ns: Namesrv) -> tuple:
 
 #: Headers that name what the populated tables hold, so a read code reaches its real work.
 READ_HEADERS = {"topic": "T1", "clusterName": "C", "cluster": "C", "brokerName": "broker-a",
-                "brokerAddr": "10.0.0.1:10911", "namespace": "ORDER_TOPIC_CONFIG", "key": "T1", "brokerId": "0"}
+                "brokerAddr": "10.0.0.1:10911", "namespace": "ORDER_TOPIC_CONFIG", "key": "T1", "brokerId": "0",
+                "topics": "T1;T2"}
 
 
 @pytest.mark.parametrize("code", sorted(SUPPORTED_CODES - WRITE_CODES))

@@ -10,6 +10,7 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
 from namesrv.protocol.codes import ResponseCode
+from namesrv.processor.route_push import RouteSubscriptions
 from namesrv.protocol.command import RemotingCommand
 from namesrv.routeinfo import RouteInfoManager
 
@@ -28,6 +29,12 @@ class HandlerContext:
     config_lock: threading.Lock = field(default_factory=threading.Lock)
     #: The routes were restored at start (namesrv.routeinfo.persist): nothing to wait for.
     routes_restored: bool = False
+    #: Route-change subscriptions of this process's connections (None: made from the config).
+    subscriptions: RouteSubscriptions = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.subscriptions is None:
+            self.subscriptions = RouteSubscriptions(self.config.max_route_subscription_topics)
 
     def waiting_for_service(self) -> bool:
         """Inside the needWaitForService window: route queries are refused ("name server not ready").

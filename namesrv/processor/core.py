@@ -11,6 +11,7 @@ from namesrv.processor.context import Change, Handler, HandlerContext, Refusal
 from namesrv.processor.header import BadRequest
 from namesrv.processor.inline import InlineAnswers
 from namesrv.processor.requests import BY_CODE, RequestSpec
+from namesrv.processor.route_push import RouteSubscriptions
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
@@ -39,6 +40,11 @@ class RequestProcessor:
         self._admin_guard = AdminGuard.from_settings(config.admin_allowed_networks, config.admin_token)
         #: Requests answered from raw frames (the reactor's shortcut past `process`).
         self.inline = InlineAnswers(self._ctx, self.process, registrations=inline_writes)
+
+    @property
+    def subscriptions(self) -> RouteSubscriptions:
+        """The route-change subscriptions (the publisher pushes to them, a closed connection leaves them)."""
+        return self._ctx.subscriptions
 
     def serving_routes(self) -> bool:
         """Are route queries answered (past the needWaitForService window)?"""

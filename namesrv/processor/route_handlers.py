@@ -1,6 +1,7 @@
 """What clients and admin tools ask about routes and topics (reference 2.3, 4.7-4.9)."""
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 
@@ -8,7 +9,8 @@ from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import Change, HandlerContext, Refusal, WriteHandler
 from namesrv.processor.header import RequestHeader
-from namesrv.processor.route_input import IllegalRoute, check_queues
+from namesrv.processor.route_input import IllegalRoute, check_queues, check_topic
+from namesrv.processor.route_push import SubscriptionRefused
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.route import QueueData, TopicList, TopicRouteData
@@ -41,6 +43,37 @@ def get_routeinfo_by_topic(ctx: HandlerContext, request: RemotingCommand, channe
             ResponseCode.TOPIC_NOT_EXIST,
             f"No topic route info in name server for the topic: {topic}\nSee {FAQ_URL} for further details.")
     return request.make_response(ResponseCode.SUCCESS, body=body)
+
+
+def subscribe_route_changes(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    """Push the route changes of `topics` (`;`-separated) or of every topic (`all=true`) on this
+    connection from now on (namesrv.processor.route_push); answered with the named topics' current
+    routes and versions (route null: no such topic yet)."""
+    header = RequestHeader(request)
+    everything = bool(header.boolean("all"))
+    topics = sorted({topic for topic in (header.text("topics") or "").split(";") if topic})
+    if not topics and not everything:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, "name some topics (topics=A;B) or all=true")
+    try:
+        for topic in topics:
+            check_topic(topic)
+        standard = wants_standard_json(request.version, header.text("acceptStandardJsonOnly"))
+        ctx.subscriptions.subscribe(channel, topics, everything, standard)
+    except (IllegalRoute, SubscriptionRefused) as exc:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+    ctx.routes.track_changes()
+    order = ctx.config.order_message_enable
+    parts = []
+    for topic in topics:
+        body = ctx.routes.topic_route_body(topic, standard, ctx.kv.get(ORDER_TOPIC_CONFIG, topic) if order else None)
+        parts.append(b'{"topic":%s,"version":%d,"route":%s}' % (json.dumps(topic).encode(),
+                                                                 ctx.subscriptions.version(topic), body or b"null"))
+    return request.make_response(ResponseCode.SUCCESS, body=b'{"routes":[' + b",".join(parts) + b"]}")
+
+
+def unsubscribe_route_changes(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    ctx.subscriptions.unsubscribe(channel)
+    return request.make_response(ResponseCode.SUCCESS)
 
 
 def get_broker_cluster_info(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:

@@ -31,6 +31,11 @@ class RequestCode(IntEnum):
     GET_BROKER_MEMBER_GROUP = 901
     BROKER_HEARTBEAT = 904
     NOTIFY_MIN_BROKER_ID_CHANGE = 905
+    # namesrv's own route-change push (namesrv.processor.route_push), in a range RocketMQ does not use.
+    SUBSCRIBE_ROUTE_CHANGES = 88001
+    UNSUBSCRIBE_ROUTE_CHANGES = 88002
+    #: Server to client, oneway: the changes of subscribed topics' routes.
+    ROUTE_CHANGED = 88003
 
 
 class ResponseCode(IntEnum):

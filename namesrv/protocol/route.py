@@ -117,8 +117,12 @@ class TopicRouteData:
 
     @classmethod
     def decode(cls, data: bytes) -> TopicRouteData:
+        return cls.from_dict(jsonbody.loads(data, "TopicRouteData"))
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> TopicRouteData:
         what = "TopicRouteData"
-        obj = expect(jsonbody.loads(data, what), dict, what)
+        obj = expect(obj, dict, what)
         filters = {addr: string_list(servers, f"{what}.filterServerTable[{addr}]")
                    for addr, servers in get_dict(obj, "filterServerTable", what).items() if servers is not None}
         mapping = obj.get("topicQueueMappingByBroker")

@@ -148,6 +148,12 @@ class Reactor:
         return {(transport, cause): count for transport, endpoint in self._endpoints.items()
                 for cause, count in endpoint.cut.items()}
 
+    def backlog_of(self, channel: Channel) -> int:
+        """Unsent reply bytes queued for one connection (any thread: a racy but safe read)."""
+        endpoint = self._endpoints.get(channel.transport)
+        conn = None if endpoint is None else endpoint.connections.get(channel.ident)
+        return 0 if conn is None else conn.backlog_bytes
+
     def connection_counts(self) -> dict[str, int]:
         """Open connections per transport (a snapshot; exact only from the reactor thread or once it stopped)."""
         return {transport: len(endpoint.connections) for transport, endpoint in self._endpoints.items()}

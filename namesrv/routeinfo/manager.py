@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -98,6 +99,11 @@ class RouteInfoManager:
         #: Grows with every change of a topic's route (namesrv.routeinfo.persist saves the tables
         #: when it moved): liveness refreshes and a new DataVersion alone do not move it.
         self.route_changes = 0
+        #: Topics whose route changed since the last `take_changes` (None: nobody asked to track them).
+        self._changed: set[str] | None = None
+        self._changed_lock = threading.Lock()
+        #: Set whenever a tracked change is recorded (the route-change publisher waits on it).
+        self.changes_ready = threading.Event()
 
     # ------------------------------------------------------------------ registration
 
@@ -732,8 +738,8 @@ class RouteInfoManager:
                 for broker_name, queue in queues.items():
                     queues[broker_name] = self._queue_pool.setdefault(broker_name, {}).setdefault(queue, queue)
             self._queue_datas = sum(map(len, self._topic_queues.values()))
-            self.route_changes += 1
-            self._route_cache.invalidate(self._route_cache.topics())
+            self._routes_changed(set(self._route_cache.topics()) | (set(self._topic_queues)
+                                                                   if self._changed is not None else set()))
 
     def _snapshot_locked(self) -> RouteTables:
         return RouteTables(copy.deepcopy(self._topic_queues), {n: g.copy() for n, g in self._brokers.items()},
@@ -785,10 +791,36 @@ class RouteInfoManager:
         """
         self.route_changes += 1
         self._route_cache.invalidate_where(lambda topic: broker_name in self._topic_queues.get(topic, ()))
+        if self._changed is not None:
+            self._record_changes(self._topics_of(broker_name))
 
-    def _routes_changed(self, topics: tuple[str, ...]) -> None:
+    def _routes_changed(self, topics: Iterable[str]) -> None:
         self.route_changes += 1
         self._route_cache.invalidate(topics)
+        if self._changed is not None:
+            self._record_changes(topics)
+
+    def _record_changes(self, topics: Iterable[str]) -> None:
+        with self._changed_lock:
+            self._changed.update(topics)
+        self.changes_ready.set()
+
+    # ------------------------------------------------------------------ route-change tracking
+
+    def track_changes(self) -> None:
+        """From now on, record which topics' routes change (for the route-change push)."""
+        with self._changed_lock:
+            if self._changed is None:
+                self._changed = set()
+
+    def take_changes(self) -> set[str]:
+        """The topics whose route changed since the last call (between writes: never half of one)."""
+        with self._lock.read, self._changed_lock:
+            changed, self._changed = self._changed or set(), set() if self._changed is not None else None
+        return changed
+
+    def has_topic(self, topic: str) -> bool:
+        return topic in self._topic_queues
 
     def _topics_of(self, broker_name: str) -> list[str]:
         """Topics with a queue entry of the group: a full scan, for rare broker-wide operations."""

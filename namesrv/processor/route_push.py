@@ -1,0 +1,169 @@
+"""Route-change push: who subscribed to which topics, and the batches a round of changes sends them (sans-IO).
+
+RocketMQ clients learn of a dead broker on their next poll, up to 30 s later (and 120 s more when
+the broker vanished without closing its connection). Here a client may subscribe on the
+connection it already has (SUBSCRIBE_ROUTE_CHANGES: named topics, or all of them) and is answered
+with the named topics' current routes and versions; from then on every change of a subscribed
+topic's route reaches it as a oneway ROUTE_CHANGED command: the topic, its new version, and the
+new route (or null: deleted).
+
+* Versions count the changes of one topic while anybody subscribed (1, 2, ...): a subscriber that
+  knew version 3 and is told 5 missed one and fetches the route again. A deleted topic keeps its
+  count (it goes on if the topic comes back) until the counts of topics no longer in the table are
+  dropped: whenever the counts kept have doubled (plus VERSIONS_SLACK) since the last such sweep.
+* Coalescing: everything that changed since the last round goes out as one batch per subscriber
+  (a broker leaving changes thousands of topics at once: one batch, not thousands of messages),
+  split into bodies of at most PUSH_BODY_BYTES. Subscribers with the same topics and codec share
+  the encoded frames.
+* Bounded: at most `maxRouteSubscriptionTopics` named topics over all subscriptions; a subscriber
+  whose connection already holds more than half its `maxConnectionOutputBytes` unsent is not sent
+  more: it is told it was dropped to polling (ROUTE_CHANGED with `dropped`) and unsubscribed.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from namesrv.channel import Channel
+from namesrv.protocol.codes import RequestCode
+from namesrv.protocol.command import RemotingCommand
+
+#: The encoded body of one ROUTE_CHANGED command holds changes up to about this many bytes.
+PUSH_BODY_BYTES = 1 << 20
+#: Counts of deleted topics kept beyond the table's topics before they are dropped.
+VERSIONS_SLACK = 100_000
+#: What ROUTE_CHANGED's `dropped` field says.
+DROPPED_REMARK = "dropped to polling: the connection does not read its pushes fast enough"
+
+#: One connection's encoded command, for its transport (namesrv.remoting.codecs.encode_reply).
+Encode = Callable[[Channel, RemotingCommand], bytes]
+#: The route body of a topic in the JSON flavour asked for (standard or legacy), None if it has none.
+RouteBody = Callable[[str, bool], "bytes | None"]
+
+
+class SubscriptionRefused(Exception):
+    """A subscription past the bounds."""
+
+
+@dataclass
+class Subscription:
+    channel: Channel
+    standard: bool
+    everything: bool = False
+    topics: set[str] = field(default_factory=set)
+
+
+class RouteSubscriptions:
+    """The subscribers of one process. Thread-safe: executors subscribe, the publisher thread publishes."""
+
+    def __init__(self, max_topics: int) -> None:
+        self._max_topics = max_topics
+        self._lock = threading.Lock()
+        self._subscriptions: dict[Channel, Subscription] = {}
+        #: Named topics over all subscriptions (maxRouteSubscriptionTopics).
+        self._topic_count = 0
+        #: topic -> its changes since start (only topics changed at least once).
+        self._versions: dict[str, int] = {}
+        self._sweep_at = VERSIONS_SLACK
+        #: Pushes sent and subscribers dropped to polling since start.
+        self.pushed = 0
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._subscriptions)
+
+    def version(self, topic: str) -> int:
+        return self._versions.get(topic, 0)
+
+    def subscribe(self, channel: Channel, topics: Collection[str], everything: bool, standard: bool) -> None:
+        """Add `topics` (or every topic) to `channel`'s subscription; SubscriptionRefused past the bound."""
+        with self._lock:
+            subscription = self._subscriptions.get(channel)
+            if subscription is None:
+                subscription = Subscription(channel, standard)
+            new = set(topics) - subscription.topics
+            if self._topic_count + len(new) > self._max_topics:
+                raise SubscriptionRefused(f"{len(new)} more topics would pass maxRouteSubscriptionTopics "
+                                          f"({self._max_topics}; {self._topic_count} subscribed)")
+            subscription.topics |= new
+            subscription.everything |= everything
+            subscription.standard = standard
+            self._topic_count += len(new)
+            self._subscriptions[channel] = subscription
+
+    def unsubscribe(self, channel: Channel) -> bool:
+        with self._lock:
+            subscription = self._subscriptions.pop(channel, None)
+            if subscription is not None:
+                self._topic_count -= len(subscription.topics)
+            return subscription is not None
+
+    def publish(self, changed: set[str], route_body: RouteBody, exists: Callable[[str], bool], encode: Encode,
+                too_slow: Callable[[Channel], bool]) -> list[tuple[Channel, bytes]]:
+        """The pushes of one round: `changed` topics get their next version; each subscriber gets
+        the changes of its topics (frames shared between subscribers alike). `exists`: is a topic
+        in the route table (the counts of those that are not are swept now and then)."""
+        with self._lock:
+            versions = {}
+            for topic in changed:
+                versions[topic] = self._versions.get(topic, 0) + 1
+                self._versions[topic] = versions[topic]
+            subscriptions = list(self._subscriptions.values())
+        routes: dict[tuple[str, bool], bytes | None] = {}
+        #: Encoded once per topics, JSON flavour and transport; every subscriber alike sends the same bytes.
+        frames: dict[tuple[object, bool, str], list[bytes]] = {}
+        deliveries: list[tuple[Channel, bytes]] = []
+        for subscription in subscriptions:
+            matched = changed if subscription.everything else (
+                subscription.topics & changed if len(subscription.topics) < len(changed)
+                else {t for t in changed if t in subscription.topics})
+            if not matched:
+                continue
+            channel = subscription.channel
+            if too_slow(channel):
+                self.unsubscribe(channel)
+                self.dropped += 1
+                deliveries.append((channel, encode(channel, _command({"dropped": DROPPED_REMARK}, None))))
+                continue
+            key = ("*" if subscription.everything else tuple(sorted(matched)), subscription.standard, channel.transport)
+            encoded = frames.get(key)
+            if encoded is None:
+                encoded = frames[key] = [encode(channel, command) for command in
+                                         _commands(sorted(matched), versions, subscription.standard, routes, route_body)]
+            deliveries.extend((channel, frame) for frame in encoded)
+            self.pushed += len(encoded)
+        if len(self._versions) > self._sweep_at:
+            with self._lock:
+                for topic in [topic for topic in self._versions if not exists(topic)]:
+                    del self._versions[topic]
+                self._sweep_at = 2 * len(self._versions) + VERSIONS_SLACK
+        return deliveries
+
+
+def _commands(topics: list[str], versions: dict[str, int], standard: bool, routes: dict[tuple[str, bool], bytes | None],
+              route_body: RouteBody) -> list[RemotingCommand]:
+    """ROUTE_CHANGED commands holding these topics' changes, each body up to about PUSH_BODY_BYTES."""
+    commands: list[RemotingCommand] = []
+    parts: list[bytes] = []
+    size = 0
+    for topic in topics:
+        key = (topic, standard)
+        if key not in routes:
+            routes[key] = route_body(topic, standard)
+        body = routes[key]
+        part = b'{"topic":%s,"version":%d,"route":%s}' % (json.dumps(topic).encode(), versions[topic],
+                                                            b"null" if body is None else body)
+        if parts and size + len(part) > PUSH_BODY_BYTES:
+            commands.append(_command({"count": len(parts)}, b'{"changes":[' + b",".join(parts) + b"]}"))
+            parts, size = [], 0
+        parts.append(part)
+        size += len(part) + 1
+    if parts:
+        commands.append(_command({"count": len(parts)}, b'{"changes":[' + b",".join(parts) + b"]}"))
+    return commands
+
+
+def _command(ext: dict[str, object], body: bytes | None) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.ROUTE_CHANGED, {k: str(v) for k, v in ext.items()}, body, oneway=True)

@@ -1,0 +1,180 @@
+"""Route-change push (namesrv.processor.route_push): the subscriptions driven directly, and a real server
+pushing over TCP and ZeroMQ on every kind of change."""
+from __future__ import annotations
+
+import json
+import time
+import zlib
+
+import zmq
+
+from namesrv.channel import Channel
+from namesrv.protocol import (DataVersion, RegisterBrokerBody, RemotingCommand, RequestCode, ResponseCode,
+                              TopicConfig, TopicConfigSerializeWrapper)
+from namesrv.protocol.msgpack_codec import decode_msgpack, encode_msgpack
+from namesrv.processor.route_push import PUSH_BODY_BYTES, RouteSubscriptions, SubscriptionRefused
+
+A = Channel("tcp", b"a", "127.0.0.1:1")
+B = Channel("tcp", b"b", "127.0.0.1:2")
+C = Channel("zmq", b"c", "127.0.0.1:3")
+
+
+def encode(channel: Channel, command: RemotingCommand) -> bytes:
+    return encode_msgpack(command) if channel.transport == "zmq" else command.encode()
+
+
+def changes(frame: bytes) -> list[dict]:
+    return json.loads(RemotingCommand.decode(frame[4:]).body)["changes"]
+
+
+def test_each_subscriber_gets_its_topics_changes_with_versions_and_alike_subscribers_share_frames() -> None:
+    subs = RouteSubscriptions(max_topics=100)
+    subs.subscribe(A, ["T1", "T2"], everything=False, standard=True)
+    subs.subscribe(B, ["T1", "T2"], everything=False, standard=True)
+    subs.subscribe(C, [], everything=True, standard=False)
+    routes = {"T1": b'{"r":1}', "T3": b'{"r":3}'}
+    pushed = subs.publish({"T1", "T3"}, lambda topic, standard: routes.get(topic), routes.__contains__, encode,
+                          lambda channel: False)
+    by_channel = {channel: frame for channel, frame in pushed}
+    assert set(by_channel) == {A, B, C}
+    assert by_channel[A] == by_channel[B]  # one encoding for subscribers alike
+    assert changes(by_channel[A]) == [{"topic": "T1", "version": 1, "route": {"r": 1}}]
+    everything = json.loads(decode_msgpack(by_channel[C]).body)["changes"]
+    assert [(c["topic"], c["version"]) for c in everything] == [("T1", 1), ("T3", 1)]
+    del routes["T1"]  # deleted: told so, and its count goes on
+    pushed = dict(subs.publish({"T1"}, lambda topic, standard: routes.get(topic), routes.__contains__, encode,
+                               lambda channel: False))
+    assert changes(pushed[A]) == [{"topic": "T1", "version": 2, "route": None}] and subs.version("T1") == 2
+    assert decode_msgpack(pushed[C]).code == RequestCode.ROUTE_CHANGED
+
+
+def test_a_large_round_is_split_and_a_subscriber_that_does_not_read_is_dropped_to_polling() -> None:
+    subs = RouteSubscriptions(max_topics=10)
+    subs.subscribe(A, [], everything=True, standard=True)
+    subs.subscribe(B, [], everything=True, standard=True)
+    topics = {f"T{i}" for i in range(3000)}
+    body = b'{"brokerDatas":[],"queueDatas":[' + b'{"brokerName":"x"},' * 20 + b'{}]}'
+    pushed = subs.publish(topics, lambda topic, standard: body, lambda topic: True, encode, lambda channel: channel == B)
+    frames = [frame for channel, frame in pushed if channel == A]
+    assert len(frames) > 1 and all(len(frame) < PUSH_BODY_BYTES + 64 * 1024 for frame in frames)
+    assert sorted(c["topic"] for frame in frames for c in changes(frame)) == sorted(topics)
+    (notice,) = [RemotingCommand.decode(frame[4:]) for channel, frame in pushed if channel == B]
+    assert "dropped to polling" in notice.ext_fields["dropped"] and len(subs) == 1 and subs.dropped == 1
+
+
+def test_subscriptions_are_bounded_in_named_topics() -> None:
+    subs = RouteSubscriptions(max_topics=3)
+    subs.subscribe(A, ["T1", "T2"], everything=False, standard=True)
+    subs.subscribe(A, ["T1"], everything=False, standard=True)  # already counted
+    try:
+        subs.subscribe(B, ["T3", "T4"], everything=False, standard=True)
+        raise AssertionError("not refused")
+    except SubscriptionRefused as exc:
+        assert "maxRouteSubscriptionTopics" in str(exc)
+    assert subs.unsubscribe(A) and not subs.unsubscribe(A)
+    subs.subscribe(B, ["T3", "T4", "T5"], everything=False, standard=True)
+
+
+# ---- a real server
+
+
+def registration(conn, name: str = "broker-p", topics: int = 2, timeout_ms: int | None = None) -> RemotingCommand:
+    table = {f"P{i}": TopicConfig(f"P{i}", 4, 4) for i in range(topics)}
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper(table, DataVersion(1, 1_700_000_000_000, 0))).encode()
+    header = {"brokerName": name, "brokerAddr": f"127.0.0.1:{10911 + len(name)}", "clusterName": "P", "brokerId": 0,
+              "haServerAddr": "127.0.0.1:1", "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
+    if timeout_ms is not None:
+        header["heartbeatTimeoutMillis"] = timeout_ms
+    return conn.request(RequestCode.REGISTER_BROKER, header, body)
+
+
+def pushed(conn) -> dict[str, dict]:
+    """The next ROUTE_CHANGED: topic -> its change."""
+    command = conn.recv()
+    assert command.code == RequestCode.ROUTE_CHANGED and command.is_oneway, command
+    return {change["topic"]: change for change in json.loads(command.body)["changes"]}
+
+
+def test_every_kind_of_change_reaches_a_subscriber_at_once(namesrv_factory, raw_connect) -> None:
+    server = namesrv_factory(scanNotActiveBrokerInterval=100)
+    subscriber = raw_connect(server.address)
+    answer = subscriber.call(subscriber.request(RequestCode.SUBSCRIBE_ROUTE_CHANGES, {"topics": "P0;P1"}))
+    assert answer.code == ResponseCode.SUCCESS
+    assert json.loads(answer.body) == {"routes": [{"topic": "P0", "version": 0, "route": None},
+                                                  {"topic": "P1", "version": 0, "route": None}]}
+    broker = raw_connect(server.address)
+    assert broker.call(registration(broker)).code == ResponseCode.SUCCESS
+    change = pushed(subscriber)
+    assert set(change) == {"P0", "P1"} and change["P0"]["version"] == 1
+    assert change["P0"]["route"]["brokerDatas"][0]["brokerName"] == "broker-p"
+    admin = raw_connect(server.address)
+    assert admin.call(admin.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-p"})).code == 0
+    change = pushed(subscriber)
+    assert change["P1"]["version"] == 2 and change["P1"]["route"]["queueDatas"][0]["perm"] == 4
+    assert admin.call(admin.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "P1"})).code == 0
+    assert pushed(subscriber) == {"P1": {"topic": "P1", "version": 3, "route": None}}
+    started = time.monotonic()
+    broker.close()  # the connection closes: its broker's routes go
+    assert pushed(subscriber) == {"P0": {"topic": "P0", "version": 3, "route": None}}
+    assert time.monotonic() - started < 1.0
+    # a broker that goes silent expires, and that is pushed too
+    silent = raw_connect(server.address)
+    assert silent.call(registration(silent, "broker-s", timeout_ms=500)).code == ResponseCode.SUCCESS
+    assert pushed(subscriber)["P0"]["route"] is not None
+    change = pushed(subscriber)
+    assert change["P0"]["route"] is None and time.monotonic() - started < 5
+    # unsubscribed: nothing more
+    assert subscriber.call(subscriber.request(RequestCode.UNSUBSCRIBE_ROUTE_CHANGES)).code == 0
+    assert broker_again(raw_connect(server.address))
+    try:
+        extra = subscriber.recv(timeout=0.5)
+        raise AssertionError(f"pushed after unsubscribing: {extra}")
+    except TimeoutError:
+        pass
+
+
+def broker_again(conn) -> bool:
+    return conn.call(registration(conn)).code == ResponseCode.SUCCESS
+
+
+def test_a_broker_leaving_is_one_batch_for_a_subscriber_to_all_topics(namesrv_factory, raw_connect) -> None:
+    server = namesrv_factory()
+    subscriber = raw_connect(server.address)
+    assert subscriber.call(subscriber.request(RequestCode.SUBSCRIBE_ROUTE_CHANGES, {"all": "true"})).code == 0
+    broker = raw_connect(server.address)
+    assert broker.call(registration(broker, topics=2000)).code == ResponseCode.SUCCESS
+    change, commands = pushed_until(subscriber, 2000)
+    assert commands <= 3  # one round, in bodies of at most about 1 MiB
+    broker.close()
+    change, commands = pushed_until(subscriber, 2000)
+    assert commands <= 3 and all(c["route"] is None and c["version"] == 2 for c in change.values())
+
+
+def pushed_until(conn, topics: int) -> tuple[dict[str, dict], int]:
+    """ROUTE_CHANGED commands until `topics` topics changed: (topic -> change, commands)."""
+    change: dict[str, dict] = {}
+    commands = 0
+    while len(change) < topics:
+        more = pushed(conn)
+        assert not set(more) & set(change), "a topic twice in one round"
+        change.update(more)
+        commands += 1
+    return change, commands
+
+
+def test_the_zeromq_endpoint_subscribes_and_is_pushed_to(namesrv_factory, raw_connect, zmq_context) -> None:
+    server = namesrv_factory()
+    dealer = zmq_context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(server.zmq_address)
+    dealer.send(encode_msgpack(RemotingCommand.request(RequestCode.SUBSCRIBE_ROUTE_CHANGES, {"topics": "P0"},
+                                                       opaque=7)))
+    assert dealer.poll(5000)
+    answer = decode_msgpack(dealer.recv())
+    assert (answer.opaque, answer.code) == (7, ResponseCode.SUCCESS)
+    broker = raw_connect(server.address)
+    assert broker.call(registration(broker)).code == ResponseCode.SUCCESS
+    assert dealer.poll(5000)
+    push = decode_msgpack(dealer.recv())
+    assert push.code == RequestCode.ROUTE_CHANGED
+    assert [c["topic"] for c in json.loads(push.body)["changes"]] == ["P0"]
