@@ -46,6 +46,8 @@ class BaseConnection:
         self._closed_error: RemotingError | None = None
         self._out: list[bytes] = []
         self._flush_scheduled = False
+        #: Where requests from the server go (ROUTE_CHANGED pushes); None: they are ignored.
+        self.on_request: Callable[[RemotingCommand], None] | None = None
 
     # ---- what subclasses provide ----
     def _encode(self, request: RemotingCommand) -> bytes:
@@ -148,6 +150,13 @@ class BaseConnection:
         self.send_oneway(request)
         await self.drain()
 
+    def _server_request(self, command: RemotingCommand) -> None:
+        """A request from the server: a route-change push, or one nobody here handles."""
+        if self.on_request is not None:
+            self.on_request(command)
+        else:
+            log.debug("ignoring request code %s from %s", command.code, self.address)
+
     # ---- completion ----
     def _complete(self, response: RemotingCommand) -> None:
         future = self._pending.pop(response.opaque, None)
@@ -207,8 +216,8 @@ class RemotingConnection(BaseConnection, asyncio.Protocol):
                 command = RemotingCommand.decode(frame)
                 if command.is_response:
                     self._complete(command)
-                else:  # a request from the server (NOTIFY_MIN_BROKER_ID_CHANGE): nothing to do here
-                    log.debug("ignoring request code %s from %s", command.code, self.address)
+                else:
+                    self._server_request(command)
         except ProtocolError as exc:
             log.warning("closing connection to %s: bad frame: %s", self.address, exc)
             self._fail_all(RemotingConnectError(f"bad frame from {self.address}: {exc}"))

@@ -4,6 +4,13 @@ Reads go to one NameServer, picked round-robin from a random start and kept whil
 a connect failure or timeout moves to the next one and retries there. Writes (KV, permissions,
 topic deletion, config) go to every NameServer, as mqadmin does, and report per server.
 Routes are cached and refreshed every poll interval (30 s, like `pollNameServerInterval`).
+
+With `push` (the default), the client also subscribes to the changes of its cached routes on the
+connection it reads from (namesrv's SUBSCRIBE_ROUTE_CHANGES): a change reaches the cache in
+milliseconds, and a version that skips one makes it fetch that route again. A NameServer without
+push (RocketMQ's never answers an unknown code: the subscription times out after
+SUBSCRIBE_TIMEOUT) is remembered as such and served by polling alone; so is one that drops the
+subscription for a slow reader, until the next poll subscribes again.
 """
 from __future__ import annotations
 
@@ -18,7 +25,10 @@ from namesrv.client.api import order_topic_counts
 from namesrv.client.errors import MQResponseError, RemotingConnectError, RemotingError, RemotingTimeoutError
 from namesrv.client.remoting import AsyncRemotingClient
 from namesrv.client.sync import LoopThread, SyncFacade, mirror
-from namesrv.protocol.codes import PERM_WRITE, ResponseCode
+from namesrv.errors import ProtocolError
+from namesrv.protocol import jsonbody
+from namesrv.protocol.codes import PERM_WRITE, RequestCode, ResponseCode
+from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.route import ClusterInfo, TopicList, TopicRouteData
 
 log = logging.getLogger(__name__)
@@ -31,6 +41,8 @@ AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 #: Java's ClientConfig.pollNameServerInterval, seconds.
 DEFAULT_POLL_INTERVAL = 30.0
+#: How long a subscription may take before the NameServer counts as one without push, seconds.
+SUBSCRIBE_TIMEOUT = 3.0
 
 
 def parse_namesrv_addrs(value: str | Iterable[str]) -> list[str]:
@@ -98,7 +110,7 @@ class AsyncNamesrvClient:
     """A NameServer client over a list of addresses; see the module docstring for the failover rules."""
 
     def __init__(self, namesrv_addrs: str | Iterable[str], *, remoting: AsyncRemotingClient | None = None,
-                 poll_interval: float = DEFAULT_POLL_INTERVAL,
+                 poll_interval: float = DEFAULT_POLL_INTERVAL, push: bool = True,
                  default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS, **remoting_options: Any) -> None:
         self.addresses = parse_namesrv_addrs(namesrv_addrs)
         self._owns_remoting = remoting is None
@@ -108,6 +120,16 @@ class AsyncNamesrvClient:
         self._index = random.randrange(len(self.addresses))
         self._routes: dict[str, CachedRoute] = {}
         self._poller: asyncio.Task[None] | None = None
+        self.push = push
+        #: NameServers that do not push (no answer to, or a refusal of, a subscription).
+        self.without_push: set[str] = set()
+        #: The connection the subscription lives on, and the topics subscribed there.
+        self._push_connection: object | None = None
+        self._subscribed: set[str] = set()
+        #: topic -> the version of its route last pushed or answered.
+        self._versions: dict[str, int] = {}
+        #: Route changes applied from pushes, since start.
+        self.pushes_applied = 0
 
     @property
     def current_address(self) -> str:
@@ -202,7 +224,77 @@ class AsyncNamesrvClient:
         cached = self._routes.get(topic)
         if cached is None:
             cached = self._routes[topic] = await self._resolve_route(topic, True)
+            await self._subscribe()
         return cached.route
+
+    @property
+    def push_active(self) -> bool:
+        """Route changes of the cached topics are being pushed to this client."""
+        return self._push_connection is not None and not getattr(self._push_connection, "closed", True)
+
+    async def _subscribe(self) -> None:
+        """Subscribe to the cached topics not yet subscribed on the current connection (all of them on a
+        new connection); best effort: a NameServer without push is left to polling."""
+        address = self.current_address
+        if not self.push or address in self.without_push or not self._routes:
+            return
+        try:
+            connection = await self.remoting.connection(address)
+            if connection is not self._push_connection:
+                self._push_connection, self._subscribed = None, set()
+            topics = set(self._routes) - self._subscribed
+            if not topics:
+                return
+            routes = await self.remoting.subscribe_route_changes(address, sorted(topics), self._on_push,
+                                                                 timeout=SUBSCRIBE_TIMEOUT)
+        except (RemotingTimeoutError, MQResponseError) as exc:
+            self.without_push.add(address)
+            log.info("NameServer %s does not push route changes (%s): polling every %.0f s", address, exc,
+                     self.poll_interval)
+            return
+        except RemotingError as exc:
+            log.info("route-change subscription at %s failed (%s): polling until the next try", address, exc)
+            return
+        self._push_connection = connection
+        self._subscribed |= topics
+        for topic, (version, _route) in routes.items():
+            self._versions[topic] = version
+
+    def _on_push(self, command: RemotingCommand) -> None:
+        """A ROUTE_CHANGED from the NameServer (on the event loop)."""
+        if command.code != RequestCode.ROUTE_CHANGED:
+            return
+        if "dropped" in (command.ext_fields or {}):
+            log.warning("NameServer %s stopped pushing: %s", self.current_address, command.ext_fields["dropped"])
+            self._push_connection, self._subscribed = None, set()
+            return
+        try:
+            changes = jsonbody.loads(command.body or b"{}", "RouteChanged").get("changes", [])
+            for change in changes:
+                self._apply_push(change["topic"], change["version"], change["route"])
+        except (ProtocolError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("ignoring a malformed route change from %s: %s", self.current_address, exc)
+
+    def _apply_push(self, topic: str, version: int, route: object) -> None:
+        if topic not in self._routes:
+            return
+        known = self._versions.get(topic)
+        self._versions[topic] = version
+        if known is not None and version != known + 1:  # missed one: the route itself is fetched again
+            asyncio.get_running_loop().create_task(self._refetch(topic))
+            return
+        if route is None:
+            del self._routes[topic]  # next use resolves it again (TBW102 for a producer)
+            self._subscribed.discard(topic)
+        else:
+            self._routes[topic] = CachedRoute(TopicRouteData.from_dict(route), False)
+        self.pushes_applied += 1
+
+    async def _refetch(self, topic: str) -> None:
+        try:
+            self._routes[topic] = await self._resolve_route(topic, True)
+        except RemotingError as exc:
+            log.warning("route refetch of %s after a missed push failed, keeping the old route: %s", topic, exc)
 
     async def publish_queues(self, topic: str) -> list[MessageQueue]:
         return publish_queues(topic, await self.route(topic))
@@ -219,6 +311,7 @@ class AsyncNamesrvClient:
                 self._routes[topic] = await self._resolve_route(topic, True)
             except RemotingError as exc:
                 log.warning("route refresh of %s failed, keeping the old route: %s", topic, exc)
+        await self._subscribe()
 
     async def start(self) -> None:
         """Start refreshing cached routes every poll interval."""

@@ -2,18 +2,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import zmq.asyncio
 
 from namesrv.client.api import NamesrvApi
 from namesrv.client.connection import BaseConnection, RemotingConnection
-from namesrv.client.errors import RemotingError
+from namesrv.client.errors import MQResponseError, RemotingError
 from namesrv.client.sync import LoopThread, SyncFacade, mirror
 from namesrv.client.zmq_connection import CurveClientKeys, ZmqRemotingConnection
-from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH, SERVER_VERSION, LanguageCode, SerializeType
+from namesrv.protocol import jsonbody
+from namesrv.protocol.codes import (DEFAULT_MAX_FRAME_LENGTH, SERVER_VERSION, LanguageCode, RequestCode, ResponseCode,
+                                    SerializeType)
 from namesrv.protocol.command import RemotingCommand
+from namesrv.protocol.route import TopicRouteData
 from namesrv.processor.requests import ADMIN_CODES
 from namesrv.security import ADMIN_TOKEN_FIELD
 
@@ -93,6 +96,23 @@ class AsyncRemotingClient(NamesrvApi):
     async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
         connection = await self.connection(address)
         await connection.invoke_oneway(request)
+
+    async def subscribe_route_changes(self, address: str, topics: Iterable[str], on_push: Callable[[RemotingCommand], None],
+                                      timeout: float | None = None) -> dict[str, tuple[int, TopicRouteData | None]]:
+        """Subscribe to the route changes of `topics` on the connection to `address` (namesrv's
+        SUBSCRIBE_ROUTE_CHANGES); pushes go to `on_push`. Returns topic -> (version, route or None).
+        A server without push answers REQUEST_CODE_NOT_SUPPORTED (MQResponseError) or, as RocketMQ
+        4.9 does with codes it does not know, nothing (RemotingTimeoutError)."""
+        connection = await self.connection(address)
+        connection.on_request = on_push
+        response = await connection.invoke(self.request(RequestCode.SUBSCRIBE_ROUTE_CHANGES,
+                                                        {"topics": ";".join(topics)}),
+                                           self.timeout if timeout is None else timeout)
+        if response.code != ResponseCode.SUCCESS:
+            raise MQResponseError(response.code, response.remark, address)
+        return {entry["topic"]: (entry["version"], None if entry["route"] is None
+                                 else TopicRouteData.from_dict(entry["route"]))
+                for entry in jsonbody.loads(response.body or b"{}", "SubscribeRouteChanges").get("routes", [])}
 
     async def drop_connection(self, address: str) -> None:
         """Close the connection to `address` (a broker does this to look dead to that NameServer)."""

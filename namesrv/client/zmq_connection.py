@@ -113,6 +113,8 @@ class ZmqRemotingConnection(BaseConnection):
                         continue
                     if command.is_response:
                         self._complete(command)
+                    else:
+                        self._server_request(command)
         except zmq.ZMQError as exc:
             self._fail_all(RemotingConnectError(f"connection to {self.address} failed: {exc}"))
 
