@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from namesrv.channel import Channel
 from namesrv.config import ConfigError, NamesrvConfig
@@ -33,7 +34,7 @@ from namesrv.remoting.curve import exposed_without_curve
 from namesrv.remoting.reactor import tcp_endpoint
 from namesrv.request_stats import RequestStats
 from namesrv.routeinfo import RouteInfoManager, now_ms
-from namesrv.routeinfo.persist import RouteSnapshots
+from namesrv.routeinfo.persist import BootCopy, RouteSnapshots
 from namesrv.route_publisher import RoutePublisher
 from namesrv.writelog.log import MAX_WORKERS
 from namesrv.writelog.ports import listening_fd, zmq_tcp_address
@@ -117,7 +118,7 @@ class NamesrvController:
     """
 
     def __init__(self, config: NamesrvConfig, worker: WorkerRole | None = None,
-                 on_lost_sync: Callable[[str], None] | None = None) -> None:
+                 on_lost_sync: Callable[[str], None] | None = None, boot_copy: BootCopy | None = None) -> None:
         validate(config)
         self._descriptor_warning = fit_descriptor_limit(config)
         self.config = config
@@ -135,7 +136,8 @@ class NamesrvController:
             clock = LogClock()
             self.routes = RouteInfoManager(config, clock=clock)
             self.bus = WorkerBus(worker, config, self.routes, self.kv, clock, self.outbox, on_lost_sync,
-                                 max_pending=config.default_thread_pool_queue_capacity, stats=self.stats)
+                                 max_pending=config.default_thread_pool_queue_capacity, stats=self.stats,
+                                 on_fresh_log=None if boot_copy is None else lambda: self._restore_boot_copy(boot_copy))
         self.processor = RequestProcessor(config, self.routes, self.kv, persist=self.bus is None,
                                           inline_writes=self.bus is None)
         self.stats.adopt(self.processor.inline.tally)
@@ -165,11 +167,14 @@ class NamesrvController:
         self._tasks.add("scanNotActiveBroker", config.scan_not_active_broker_interval / 1000,
                         self.scan_not_active_brokers)
         self._tasks.add("printKVConfig", KV_LOG_PERIOD_SECONDS, self.kv.log_table)
-        #: Warm restart (one process; worker processes start from their siblings or empty).
+        #: Warm restart. With worker processes, every worker restores the supervisor's boot copy at a
+        #: fresh start, and worker 0 (whose tables are everyone's) saves.
         self.route_snapshots = None
-        if config.route_snapshot_enable and worker is None:
+        if config.route_snapshot_enable:
             self.route_snapshots = RouteSnapshots(config, self.routes)
-            self._tasks.add("saveRouteSnapshot", config.route_snapshot_interval_seconds, self.route_snapshots.save)
+            if worker is None or worker.index == 0:
+                self._tasks.add("saveRouteSnapshot", config.route_snapshot_interval_seconds,
+                                self.route_snapshots.save)
         release_free_heap = heap_trimmer()
         if release_free_heap is not None:
             self._tasks.add("releaseFreeHeap", HEAP_TRIM_PERIOD_SECONDS, release_free_heap)
@@ -250,6 +255,11 @@ class NamesrvController:
             if removed.channel is not None:
                 self.outbox.close_channel(removed.channel, f"broker {removed.broker_addr} expired")
 
+    def _restore_boot_copy(self, boot_copy: BootCopy) -> None:
+        """A worker's fresh start: the routes of the supervisor's boot copy, stamped with its time."""
+        if self.route_snapshots.restore(now=boot_copy.at_ms, path=Path(boot_copy.path)):
+            self.processor.serve_restored_routes()
+
     def _channel_closed(self, channel: Channel) -> None:
         """A connection closed (reactor thread): its subscription ends; the brokers it registered go."""
         self.processor.subscriptions.unsubscribe(channel)
@@ -283,7 +293,7 @@ class NamesrvController:
         self.route_publisher.stop()
         self.budget.close()
         self.reactor.stop(FLUSH_SECONDS)
-        if self.route_snapshots is not None:
+        if self.route_snapshots is not None and (self.bus is None or self.bus.role.index == 0):
             try:
                 self.route_snapshots.save(force=True)
             except OSError as exc:

@@ -225,3 +225,19 @@ def test_a_java_producer_started_right_after_a_restart_sends_without_failures(re
         assert outcomes[False]["send_errors"] > 0 and outcomes[False]["topic_not_exist"] > 0
     finally:
         subprocess.run([RMQ / "bin" / "stop", "broker-warm"], env=env, capture_output=True, timeout=60)
+
+
+def test_worker_processes_restore_the_same_tables_and_worker_0_saves_them(restartable, raw_connect) -> None:
+    first = restartable(serverWorkerProcesses=2)
+    register(raw_connect(first.address))
+    first.stop()
+    second = restartable(serverWorkerProcesses=2)
+    # every worker answers from the restored tables: connections land on either
+    codes = {route_code(raw_connect(second.address)) for _ in range(12)}
+    assert codes == {ResponseCode.SUCCESS}
+    assert second.log_text().count("restored the routes") == 2
+    assert len(list(second.workdir.glob("routes.snapshot.boot-*"))) == 1  # what the workers restored
+    second.stop()
+    assert not list(second.workdir.glob("routes.snapshot.boot-*"))  # the supervisor's copy is gone
+    third = restartable(serverWorkerProcesses=2)  # worker 0 saved at shutdown: still there
+    assert route_code(raw_connect(third.address), "Warm2") == ResponseCode.SUCCESS

@@ -11,6 +11,9 @@ When no route changed the file is only touched, so its modification time says un
 running server held these routes; a snapshot older than `routeSnapshotMaxAgeSeconds` by that time
 is not restored: its routes are too likely gone.
 
+With worker processes the supervisor hands every worker the same `BootCopy` and worker 0 saves
+(namesrv.controller).
+
 The file is written atomically (a temporary file, fsync, rename, fsync of the directory), so
 after a crash at any point, kill -9 included, it holds the previous snapshot or the new one. Its
 content is msgpack behind a magic and a CRC32: a torn, truncated or foreign file is refused with
@@ -24,11 +27,13 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import shutil
 import struct
 import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +97,33 @@ def snapshot_path(config: NamesrvConfig) -> Path:
     return Path(config.route_snapshot_path or Path(config.kv_config_path).parent / "routes.snapshot")
 
 
+@dataclass(frozen=True)
+class BootCopy:
+    """What worker processes restore at a fresh start (nothing in the write log yet): the supervisor's
+    copy of the snapshot file, taken before any worker could write a new one, and one restore time
+    for all of them, so that every worker builds the same tables with the same liveness stamps."""
+
+    path: str
+    at_ms: int
+
+    @classmethod
+    def take(cls, config: NamesrvConfig) -> BootCopy | None:
+        """Copy the snapshot beside itself (None: no snapshot, or warm restart is off)."""
+        source = snapshot_path(config)
+        if not config.route_snapshot_enable or not source.exists():
+            return None
+        target = source.with_name(f"{source.name}.boot-{os.getpid()}")
+        try:
+            shutil.copy2(source, target)
+        except OSError as exc:
+            log.error("route snapshot %s not copied for the workers (%s): they start with no routes", source, exc)
+            return None
+        return cls(str(target), now_ms())
+
+    def remove(self) -> None:
+        Path(self.path).unlink(missing_ok=True)
+
+
 class RouteSnapshots:
     """`restore()` once before serving; `save()` periodically; `save(force=True)` at shutdown."""
 
@@ -102,10 +134,11 @@ class RouteSnapshots:
         #: `routes.route_changes` when the file last matched the tables (None: never written here).
         self._saved_changes: int | None = None
 
-    def restore(self, now: int | None = None) -> bool:
-        """Serve the saved tables, if a usable snapshot is there; False (logged why) otherwise."""
+    def restore(self, now: int | None = None, path: Path | None = None) -> bool:
+        """Serve the saved tables (of `path`, default the snapshot file), if a usable snapshot is
+        there; False (logged why) otherwise."""
         now = now_ms() if now is None else now
-        path = self.path
+        path = self.path if path is None else path
         try:
             if path.stat().st_size > MAX_FILE_BYTES:
                 raise SnapshotError(f"larger than {MAX_FILE_BYTES} bytes")

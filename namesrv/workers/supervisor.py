@@ -29,6 +29,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.controller import DRAIN_SECONDS, FLUSH_SECONDS, validate
 from namesrv.remoting import BindError
 from namesrv.remoting.reactor import tcp_endpoint
+from namesrv.routeinfo.persist import BootCopy
 from namesrv.stop_signals import StopSignals
 from namesrv.writelog.ports import reserve_port, zmq_tcp_address
 from namesrv.writelog.replication import WorkerRole
@@ -47,13 +48,15 @@ _SOURCE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
 class WorkerProcess:
     """One worker child: its process, its control pipes (spec in, reports out), whether it serves."""
 
-    def __init__(self, role: WorkerRole, config: NamesrvConfig, log_config: str | None) -> None:
+    def __init__(self, role: WorkerRole, config: NamesrvConfig, log_config: str | None,
+                 boot_copy: BootCopy | None) -> None:
         self.role = role
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (_SOURCE_ROOT, env.get("PYTHONPATH"))))
         self.process = subprocess.Popen([sys.executable, "-m", "namesrv.workers.worker"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, env=env, process_group=0)
-        spec = {"role": asdict(role), "config": config.to_properties(reveal_secrets=True), "logConfig": log_config}
+        spec = {"role": asdict(role), "config": config.to_properties(reveal_secrets=True), "logConfig": log_config,
+                "bootCopy": None if boot_copy is None else asdict(boot_copy)}
         self.process.stdin.write(json.dumps(spec).encode() + b"\n")
         self.process.stdin.flush()  # stdin stays open: its end tells the worker the supervisor is gone
         self.started = time.monotonic()
@@ -98,9 +101,11 @@ class Supervisor:
         self._workers: dict[int, WorkerProcess] = {}
         self._generations = 0
         self._bus_name = new_bus_name()
+        self._boot_copy: BootCopy | None = None
 
     def run(self) -> int:
         reservations = self._reserve_ports()
+        self._boot_copy = BootCopy.take(self._config)
         stops = StopSignals()
         stops.install()
         sequencer = Sequencer(self._config, self._bus_name)
@@ -112,6 +117,8 @@ class Supervisor:
             sequencer.stop()
             for reservation in reservations:
                 reservation.close()
+            if self._boot_copy is not None:
+                self._boot_copy.remove()
             log.info("The Name Server shut down")
 
     def _reserve_ports(self) -> list[socket.socket]:
@@ -178,7 +185,7 @@ class Supervisor:
         """Start worker `index`; one started while the log was written to copies a serving sibling's tables."""
         self._generations += 1
         role = WorkerRole(index, self._generations, self._config.server_worker_processes, self._bus_name)
-        worker = WorkerProcess(role, self._config, self._log_config)
+        worker = WorkerProcess(role, self._config, self._log_config, self._boot_copy)
         self._workers[index] = worker
         log.info("%s worker %d (pid %d, generation %d)", "restarted" if restart else "started", index, worker.pid,
                  role.generation)

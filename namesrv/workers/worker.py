@@ -17,6 +17,7 @@ import sys
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.controller import NamesrvController
 from namesrv.logsetup import UsageError, setup_logging
+from namesrv.routeinfo.persist import BootCopy
 from namesrv.remoting import BindError
 from namesrv.stop_signals import StopSignals
 from namesrv.writelog.replication import SyncError, WorkerRole
@@ -50,7 +51,8 @@ def main() -> int:
     label_log_records(role.index)
     stops = StopSignals()
     try:
-        controller = NamesrvController(NamesrvConfig.load(None, spec["config"]), role, stops.request)
+        boot_copy = None if spec.get("bootCopy") is None else BootCopy(**spec["bootCopy"])
+        controller = NamesrvController(NamesrvConfig.load(None, spec["config"]), role, stops.request, boot_copy)
         controller.start()
     except (ConfigError, BindError) as exc:
         log.error("cannot start: %s", exc)

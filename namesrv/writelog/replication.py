@@ -110,8 +110,9 @@ class WorkerBus:
 
     def __init__(self, role: WorkerRole, config: NamesrvConfig, routes: RouteInfoManager, kv: KVConfigManager,
                  clock: LogClock, outbox: Outbox, on_lost_sync: Callable[[str], None], max_pending: int,
-                 stats: RequestStats) -> None:
-        """`stats`: where the writes answered once applied are counted."""
+                 stats: RequestStats, on_fresh_log: Callable[[], None] | None = None) -> None:
+        """`stats`: where the writes answered once applied are counted; `on_fresh_log`: called (on the
+        bus thread, before any entry is applied) when the log has nothing written yet."""
         self.role = role
         self._config = config
         self._routes = routes
@@ -121,6 +122,7 @@ class WorkerBus:
         self._on_lost_sync = on_lost_sync
         self._max_pending = max_pending
         self._stats = stats
+        self._on_fresh_log = on_fresh_log
         #: Prepares writes (executor threads) and applies the log's changes (the bus thread).
         self._processor = RequestProcessor(config, routes, kv, persist=False)
         self._context = zmq.Context(io_threads=1)
@@ -270,6 +272,8 @@ class WorkerBus:
             self._position = self._heard_from = entry.seq
             if entry.seq:
                 self._backlog = []  # written to before this worker heard it: copy a sibling's tables
+            elif self._on_fresh_log is not None:
+                self._on_fresh_log()  # every worker starts from the same tables (a warm restart)
             return
         if self._backlog is not None:
             self._backlog.append(entry)
