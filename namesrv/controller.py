@@ -154,7 +154,8 @@ class NamesrvController:
         self.http = None
         self._gatherer = self._metrics_peer = None
         if config.http_listen_address:
-            families = local_families(ServerState(self.routes, self.kv, self.reactor, self.dispatcher))
+            families = local_families(ServerState(self.routes, self.kv, self.reactor, self.dispatcher,
+                                                  self.processor.subscriptions))
             if worker is not None and worker.index == 0:
                 self._gatherer = MetricsGatherer(worker, families)
                 families = self._gatherer.families

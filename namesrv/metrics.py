@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from namesrv.kvconfig import KVConfigManager
+from namesrv.processor.route_push import RouteSubscriptions
 from namesrv.remoting import Reactor, RequestDispatcher
 from namesrv.request_stats import LATENCY_BOUNDS, request_name, response_name
 from namesrv.routeinfo import RouteInfoManager
@@ -51,6 +52,7 @@ class ServerState:
     kv: KVConfigManager
     reactor: Reactor
     dispatcher: RequestDispatcher
+    subscriptions: RouteSubscriptions
 
 
 class ServerCollector:
@@ -80,6 +82,12 @@ class ServerCollector:
                         "that read slowly (maxConnectionOutputBytes each).", "transport", state.reactor.backlog_bytes())
         yield _by_label(CounterMetricFamily, "namesrv_connections_refused", "Connections turned away for "
                         "maxConnections.", "transport", state.reactor.refused_counts())
+        subscriptions = state.subscriptions
+        yield GaugeMetricFamily("namesrv_route_subscribers", "Connections subscribed to route changes.",
+                                value=len(subscriptions))
+        yield CounterMetricFamily("namesrv_route_pushes", "ROUTE_CHANGED commands pushed.", value=subscriptions.pushed)
+        yield CounterMetricFamily("namesrv_route_subscribers_dropped", "Subscribers dropped to polling for not "
+                                  "reading their pushes.", value=subscriptions.dropped)
         dispatcher = state.dispatcher
         yield from _request_families(dispatcher)
         cut = CounterMetricFamily("namesrv_connections_cut", "Connections closed from the server's side, by "

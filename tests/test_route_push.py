@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import zlib
+from urllib.request import urlopen
 
 import zmq
 
@@ -123,6 +124,9 @@ def test_every_kind_of_change_reaches_a_subscriber_at_once(namesrv_factory, raw_
     assert pushed(subscriber)["P0"]["route"] is not None
     change = pushed(subscriber)
     assert change["P0"]["route"] is None and time.monotonic() - started < 5
+    samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in urlopen(
+        server.http_url + "/metrics").read().decode().splitlines() if line and not line.startswith("#")}
+    assert samples["namesrv_route_subscribers"] == 1 and samples["namesrv_route_pushes_total"] == 6
     # unsubscribed: nothing more
     assert subscriber.call(subscriber.request(RequestCode.UNSUBSCRIBE_ROUTE_CHANGES)).code == 0
     assert broker_again(raw_connect(server.address))
