@@ -10,6 +10,11 @@ from the *intended* send time (no coordinated omission, as wrk2 and OpenMessagin
 Closed loop (--mode closed): a fixed number of requests in flight per connection, for maximum
 throughput. Warm-up is excluded. The run directory (see bench/storm/rundir.py) feeds
 bench/spark_report.py.
+
+Route-change push: --subscribers N connections (in processes of their own) subscribe to
+--subscriber-topics topics each, and every --flap-period seconds a broker closes its connection
+and registers again half a period later (bench/storm/flaps.py); how long each change takes to
+reach each subscriber is recorded as `propagation` (bench/storm/subscriber.py).
 """
 from __future__ import annotations
 
@@ -28,7 +33,8 @@ import threading
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -40,11 +46,20 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` imp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import namesrv  # noqa: E402
-from bench.storm.fleet import HEARTBEAT, REGISTER, ROUTE, FleetShape  # noqa: E402
+from bench.storm.fleet import HEARTBEAT, REGISTER, ROUTE, ROUTE_CHANGED, FleetShape  # noqa: E402
+from bench.storm.flaps import MIN_PERIOD_S, FlapSchedule, new_change_times  # noqa: E402
 from bench.storm.hdr import new_histogram  # noqa: E402
 from bench.storm.probe import probe_server  # noqa: E402
 from bench.storm.resources import ResourceSampler, find_listening_pid  # noqa: E402
 from bench.storm.rundir import SEND_DELAY_WARNING_US, RunRecorder, request_name, thread_config  # noqa: E402
+from bench.storm.subscriber import (  # noqa: E402
+    PROPAGATION,
+    PushCounts,
+    SubscriberPlan,
+    choose_topics,
+    expected_sightings,
+    subscribers_main,
+)
 from bench.storm.worker import SECOND, WorkerPlan, worker_main  # noqa: E402
 from namesrv import fastpath  # noqa: E402
 from namesrv.launcher import NamesrvProcess, NamesrvStartError  # noqa: E402
@@ -53,6 +68,8 @@ log = logging.getLogger("heartbeat_storm")
 
 MAX_DURATION_S = 3600.0
 MAX_WARMUP_S = 600.0
+#: Subscribers are connections of this host's generator: mind `ulimit -n` (and the server's maxConnections).
+MAX_SUBSCRIBERS = 20_000
 
 
 @dataclass
@@ -82,6 +99,12 @@ class StormSettings:
     #: 90 % of it (before the fleet unregisters) into the run directory (metrics-start.prom,
     #: metrics-end.prom); with `launch`, the launched server's.
     metrics_url: str | None = None
+    #: Route-change subscribers, `subscriber_topics` topics each, in `subscriber_processes` processes; 0 = none.
+    subscribers: int = 0
+    subscriber_topics: int = 4
+    subscriber_processes: int = 1
+    #: A broker flaps every this many seconds of the measured window (bench/storm/flaps.py); 0 = never.
+    flap_period_s: float = 0.0
 
     def validate(self) -> tuple[str, int]:
         """(host, port) of the target, or ValueError naming what is wrong."""
@@ -102,13 +125,38 @@ class StormSettings:
             if planned > self.max_requests:
                 raise ValueError(f"the open loop would send {planned:,.0f} requests, over --max-requests "
                                  f"{self.max_requests:,}")
+        self._validate_push()
         return host, int(port)
+
+    def _validate_push(self) -> None:
+        """Subscribers and flaps; either alone is allowed (the summary says it recorded nothing)."""
+        if not 0 <= self.subscribers <= MAX_SUBSCRIBERS:
+            raise ValueError(f"subscribers must be 0..{MAX_SUBSCRIBERS}")
+        topics = self.fleet.clusters * self.fleet.topics_per_broker
+        if self.subscribers and not 1 <= self.subscriber_topics <= topics:
+            raise ValueError(f"subscriber topics must be 1..{topics} (the fleet's distinct topics)")
+        if self.subscribers and not 1 <= self.subscriber_processes <= min(64, self.subscribers):
+            raise ValueError("subscriber processes must be 1..64 and at most the subscribers")
+        if self.flap_period_s and not MIN_PERIOD_S <= self.flap_period_s <= self.duration_s:
+            raise ValueError(f"flap period must be 0 (off) or {MIN_PERIOD_S:g} s up to the duration "
+                             f"({self.duration_s:g} s), so that at least one broker flaps")
+        if self.flap_period_s and self.mode != "open":
+            raise ValueError("flapping needs --mode open: the closed loop sends each request on the connection "
+                             "that answered, so no broker has a connection of its own to close")
+
+    def flap_schedule(self) -> FlapSchedule | None:
+        """The run's flaps (None when brokers do not flap): workers and subscribers derive them alike."""
+        if not self.flap_period_s:
+            return None
+        return FlapSchedule.over(self.flap_period_s, self.duration_s, self.fleet.brokers)
 
 
 @dataclass
 class StormResult:
     run_dir: Path
     summary: list[dict]
+    #: meta.json's "propagation": the route-change subscribers' view, None without subscribers and flaps.
+    propagation: dict | None = None
 
 
 def run_storm(settings: StormSettings) -> StormResult:
@@ -138,13 +186,19 @@ def _storm(settings: StormSettings) -> StormResult:
     server_pid = settings.server_pid or find_listening_pid(port)
     run_id = settings.run_id or f"storm-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     run = RunRecorder(run_id)
-    plans = _plans(settings, host, port)
+    flaps = settings.flap_schedule()
     context = multiprocessing.get_context("spawn")
+    changed_at = None if flaps is None else new_change_times(context, flaps)
     messages = context.Queue()
-    go = context.Event()
+    go, stop = context.Event(), context.Event()
     start_value = context.Value("q", 0)
-    processes = [context.Process(target=worker_main, args=(plan, messages, go, start_value),
-                                 name=f"storm-worker-{plan.index}", daemon=True) for plan in plans]
+    processes = [context.Process(target=worker_main, args=(plan, messages, go, start_value, changed_at),
+                                 name=f"storm-worker-{plan.index}", daemon=True)
+                 for plan in _plans(settings, host, port, flaps)]
+    topics = choose_topics(settings.fleet, settings.subscribers, settings.subscriber_topics, settings.seed)
+    listeners = [context.Process(target=subscribers_main, args=(plan, messages, go, start_value, stop, changed_at),
+                                 name=f"storm-subscribers-{plan.index}", daemon=True)
+                 for plan in _subscriber_plans(settings, host, port, flaps, topics)]
     load_before = os.getloadavg()
     scrapes: dict[str, bytes | str | None] = {}
     for process in processes:
@@ -152,13 +206,18 @@ def _storm(settings: StormSettings) -> StormResult:
     sampler = None
     timed_scrapes: list[threading.Timer] = []
     try:
-        warmup_answers = _wait_ready(messages, len(processes), processes)
+        warmup_answers = _wait_ready(messages, len(processes), processes, "bring-up registrations")
+        for process in listeners:  # once the fleet is up and quiet: no change races a subscription
+            process.start()
+        subscription_answers = _wait_ready(messages, len(listeners), processes + listeners, "subscriptions")
         start_ns = time.monotonic_ns() + SECOND // 5
         measure_start_ns = start_ns + int(settings.warmup_s * SECOND)
         start_epoch_s = time.time() + (measure_start_ns - time.monotonic_ns()) / SECOND
         start_value.value = start_ns
         go.set()
         trees = {"generator": lambda: [p.pid for p in processes if p.pid]}
+        if listeners:
+            trees["subscribers"] = lambda: [p.pid for p in listeners if p.pid]
         if server_pid:
             trees["server"] = lambda: [server_pid]
         sampler = ResourceSampler(trees, run.add_resource, measure_start_ns)
@@ -169,14 +228,17 @@ def _storm(settings: StormSettings) -> StormResult:
             timed_scrapes.append(threading.Timer(delay, lambda name=name: scrapes.update(
                 {name: _scrape(settings.metrics_url)})))
             timed_scrapes[-1].start()
-        done = _collect(settings, run, messages, processes, measure_start_ns)
+        done, finished = _collect(settings, run, messages, processes, listeners, stop, measure_start_ns)
     finally:
+        stop.set()
         for timer in timed_scrapes:
             timer.cancel()
             timer.join()
         if sampler is not None:
             sampler.stop()
-        for process in processes:
+        for process in processes + listeners:
+            if process.pid is None:  # never started
+                continue
             process.join(timeout=10)
             if process.is_alive():
                 process.kill()
@@ -186,6 +248,7 @@ def _storm(settings: StormSettings) -> StormResult:
     scrapes.setdefault("metrics-start.prom", "not scraped: the run ended before its measured window began")
     scrapes.setdefault("metrics-end.prom", _scrape(settings.metrics_url))
     summary = summarize(run, settings.duration_s)
+    propagation = summarize_propagation(run, settings, flaps, changed_at, topics, finished, subscription_answers)
     meta = {
         "tool": "bench/heartbeat_storm.py",
         "started_at": datetime.fromtimestamp(start_epoch_s, timezone.utc).isoformat(timespec="milliseconds"),
@@ -206,6 +269,7 @@ def _storm(settings: StormSettings) -> StormResult:
         "generator": {"python": platform.python_version(), "namesrv_package": namesrv.__version__,
                       "fastpath": fastpath.IMPLEMENTATION, "hdrhistogram": metadata.version("hdrhistogram")},
         "summary": summary,
+        "propagation": propagation,
         "server_metrics": {"url": settings.metrics_url,
                            **{name: (name if isinstance(text, bytes) else text) for name, text in scrapes.items()}},
         **settings.extra_meta,
@@ -214,7 +278,7 @@ def _storm(settings: StormSettings) -> StormResult:
     for name, text in scrapes.items():
         if isinstance(text, bytes):
             (run_dir / name).write_bytes(text)
-    return StormResult(run_dir, summary)
+    return StormResult(run_dir, summary, propagation)
 
 
 def _scrape(url: str | None) -> bytes | str | None:
@@ -228,8 +292,9 @@ def _scrape(url: str | None) -> bytes | str | None:
         return f"not scraped: {exc}"
 
 
-def _plans(settings: StormSettings, host: str, port: int) -> list[WorkerPlan]:
-    """Split the fleet: brokers round-robin over workers, rates in proportion, the request cap evenly."""
+def _plans(settings: StormSettings, host: str, port: int, flaps: FlapSchedule | None) -> list[WorkerPlan]:
+    """Split the fleet: brokers round-robin over workers, rates in proportion, the request cap evenly
+    (each worker flaps its own brokers)."""
     fleet = settings.fleet
     rates = fleet.rates()
     plans = []
@@ -242,12 +307,22 @@ def _plans(settings: StormSettings, host: str, port: int) -> list[WorkerPlan]:
             rates=share if settings.mode == "open" else {}, weights=rates if settings.mode == "closed" else {},
             connections=settings.connections, in_flight=settings.in_flight, warmup_s=settings.warmup_s,
             duration_s=settings.duration_s, drain_s=settings.drain_s,
-            max_requests=settings.max_requests // settings.workers, seed=settings.seed))
+            max_requests=settings.max_requests // settings.workers, seed=settings.seed, flaps=flaps))
     return plans
 
 
-def _wait_ready(messages, count: int, processes) -> dict[str, int]:
-    """Wait until every worker connected and brought its brokers up; their answers by response code."""
+def _subscriber_plans(settings: StormSettings, host: str, port: int, flaps: FlapSchedule | None,
+                      topics: list[tuple[str, ...]]) -> list[SubscriberPlan]:
+    """The subscribers round-robin over their processes (none without subscribers)."""
+    count = settings.subscriber_processes if topics else 0
+    wait_s = settings.warmup_s + settings.duration_s + settings.drain_s + 120
+    return [SubscriberPlan(index=index, host=host, port=port, fleet=settings.fleet, topics=tuple(topics[index::count]),
+                           flaps=flaps, warmup_s=settings.warmup_s, stop_timeout_s=wait_s) for index in range(count)]
+
+
+def _wait_ready(messages, count: int, processes, what: str) -> dict[str, int]:
+    """Wait until `count` processes are ready (workers: connected and their brokers up; subscriber
+    processes: subscribed); their answers (`what`) by response code."""
     answers: dict[str, int] = {}
     ready = 0
     deadline = time.monotonic() + 120
@@ -258,7 +333,7 @@ def _wait_ready(messages, count: int, processes) -> dict[str, int]:
             for name, n in payload.items():
                 answers[name] = answers.get(name, 0) + n
     if set(answers) - {"SUCCESS"}:
-        log.warning("bring-up registrations were not all answered SUCCESS: %s", answers)
+        log.warning("%s were not all answered SUCCESS: %s", what, answers)
     return answers
 
 
@@ -271,32 +346,40 @@ def _next_message(messages, deadline: float, processes) -> tuple:
                 raise TimeoutError("storm workers stopped reporting") from None
             dead = [p for p in processes if p.exitcode not in (None, 0)]
             if dead:
-                raise RuntimeError(f"storm worker {dead[0].name} died with exit code {dead[0].exitcode}")
+                raise RuntimeError(f"storm process {dead[0].name} died with exit code {dead[0].exitcode}")
             continue
         if message[0] == "error":
-            raise RuntimeError(f"storm worker {message[1]} failed:\n{message[2]}")
+            raise RuntimeError(f"storm {message[1]} failed:\n{message[2]}")
         if message[0] == "delta":
             return "delta", message[1].worker, message[1]
         return message
 
 
-def _collect(settings: StormSettings, run: RunRecorder, messages, processes, measure_start_ns: int) -> list[dict]:
-    """Merge deltas until every worker is done; drive the progress bar meanwhile."""
+def _collect(settings: StormSettings, run: RunRecorder, messages, workers, listeners, stop,
+             measure_start_ns: int) -> tuple[list[dict], list[dict]]:
+    """Merge deltas until every worker is done, then end the subscribers (`stop`: no change is coming)
+    and merge theirs; drive the progress bar meanwhile. The workers' and subscriber processes' reports."""
     total_s = settings.warmup_s + settings.duration_s
     deadline = time.monotonic() + total_s + settings.drain_s + 60
+    processes = workers + listeners
     done: list[dict] = []
+    finished: list[dict] = []
     sent_this_second = 0
     bar = tqdm(total=round(total_s), unit="s", disable=not settings.progress, dynamic_ncols=True,
                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} s [{elapsed}<{remaining}{postfix}]")
     shown_second = -int(settings.warmup_s)
     try:
-        while len(done) < len(processes):
+        while len(done) < len(workers) or len(finished) < len(listeners):
             kind, _, payload = _next_message(messages, deadline, processes)
             if kind == "delta":
                 payload.apply_to(run)
                 sent_this_second += payload.sent
             elif kind == "done":
                 done.append(payload)
+                if len(done) == len(workers):
+                    stop.set()
+            elif kind == "subscribers-done":
+                finished.append(payload)
             second = (time.monotonic_ns() - measure_start_ns) // SECOND
             if second > shown_second and bar.n < bar.total:
                 bar.update(min(second - shown_second, bar.total - bar.n))
@@ -304,7 +387,7 @@ def _collect(settings: StormSettings, run: RunRecorder, messages, processes, mea
                 shown_second, sent_this_second = second, 0
     finally:
         bar.close()
-    return done
+    return done, finished
 
 
 _SHORT_NAMES = {REGISTER: "register", HEARTBEAT: "heartbeat", ROUTE: "route"}
@@ -319,6 +402,9 @@ def _progress_text(run: RunRecorder, interval: int, sent: int) -> str:
         if histogram is not None and histogram.get_total_count():
             parts.append(f"{_SHORT_NAMES.get(code, request_name(code))} {histogram.get_total_count()}/s "
                          f"p99 {histogram.get_value_at_percentile(99) / 1000:.1f}ms")
+    pushes = run.interval_histogram(PROPAGATION, interval, ROUTE_CHANGED)
+    if pushes is not None and pushes.get_total_count():
+        parts.append(f"push p99 {pushes.get_value_at_percentile(99) / 1000:.1f}ms")
     return ", ".join(parts)
 
 
@@ -342,13 +428,46 @@ def summarize(run: RunRecorder, duration_s: float) -> list[dict]:
 
 
 def _row(name: str, histogram, duration_s: float, requests: int, errors: int, send_delay_p99: int | None) -> dict:
-    def ms(p: float) -> float:
-        return histogram.get_value_at_percentile(p) / 1000.0
-
     return {"request": name, "requests": requests, "answered": histogram.get_total_count(),
-            "throughput_per_s": histogram.get_total_count() / duration_s,
-            "p50_ms": ms(50), "p99_ms": ms(99), "p99_9_ms": ms(99.9), "max_ms": histogram.get_max_value() / 1000.0,
+            "throughput_per_s": histogram.get_total_count() / duration_s, **_milliseconds(histogram, (50, 99, 99.9)),
             "errors": errors, "send_delay_p99_ms": None if send_delay_p99 is None else send_delay_p99 / 1000.0}
+
+
+def _milliseconds(histogram, percentiles: tuple[float, ...]) -> dict[str, float]:
+    """{"p50_ms": ..., "p99_9_ms": ..., "max_ms": ...} of a histogram of microseconds."""
+    stats = {f"p{p:g}_ms".replace(".", "_"): histogram.get_value_at_percentile(p) / 1000.0 for p in percentiles}
+    stats["max_ms"] = histogram.get_max_value() / 1000.0
+    return stats
+
+
+def summarize_propagation(run: RunRecorder, settings: StormSettings, flaps: FlapSchedule | None,
+                          changed_at: Sequence[int] | None, topics: list[tuple[str, ...]], finished: list[dict],
+                          subscriptions: dict[str, int]) -> dict | None:
+    """The subscribers' view: propagation percentiles of the merged histogram, sightings against the
+    ones expected, versions missed, subscribers dropped to polling. None without subscribers and flaps;
+    with only one of them, a note says why nothing was recorded."""
+    if not settings.subscribers and flaps is None:
+        return None
+    changes = 0 if flaps is None else len(flaps.changes_made(changed_at))
+    summary: dict = {"subscribers": settings.subscribers, "subscriber_topics": settings.subscriber_topics,
+                     "subscriber_processes": settings.subscriber_processes, "flap_period_s": settings.flap_period_s,
+                     "flaps": 0 if flaps is None else flaps.count, "changes": changes}
+    if not settings.subscribers:
+        return {**summary, "note": "brokers flapped but nobody subscribed (--subscribers 0): no propagation recorded"}
+    counts = {count.name: sum(report[count.name] for report in finished) for count in fields(PushCounts)}
+    histogram = run.merged(PROPAGATION, ROUTE_CHANGED)
+    recorded = histogram.get_total_count()
+    summary.update(subscription_responses=subscriptions, count=recorded,
+                   sightings_expected=0 if flaps is None else expected_sightings(settings.fleet, topics, flaps,
+                                                                                 changed_at),
+                   **{name: value if recorded else None
+                      for name, value in _milliseconds(histogram, (50, 90, 99, 99.9)).items()},
+                   versions_missed=counts["versions_missed"], subscribers_dropped=counts["dropped"],
+                   pushes=counts["pushes"], changes_pushed=counts["changes"],
+                   subscriber_connections_lost=counts["connections_lost"])
+    if flaps is None:
+        summary["note"] = "no broker flapped (--flap-period 0): no route changed, no propagation recorded"
+    return summary
 
 
 def format_summary(rows: list[dict]) -> str:
@@ -364,6 +483,23 @@ def format_summary(rows: list[dict]) -> str:
         lines.append(f"note: the generator sent up to {max(delays):.1f} ms late (send delay p99): the latencies above "
                      "include that lag (CPU contention on this host, or too few --workers)")
     return "\n".join(lines)
+
+
+def format_propagation(propagation: dict | None) -> str:
+    """The end-of-run line on route-change push ("" when the run had neither subscribers nor flaps)."""
+    if propagation is None:
+        return ""
+    if "note" in propagation:
+        return f"route-change propagation: {propagation['note']}"
+    if not propagation["count"]:
+        timing = "no change was seen by any subscriber"
+    else:
+        timing = (f"p50 {propagation['p50_ms']:.3f} ms, p99 {propagation['p99_ms']:.3f} ms, "
+                  f"max {propagation['max_ms']:.3f} ms")
+    return (f"route-change propagation to {propagation['subscribers']} subscribers, {propagation['changes']} "
+            f"changes: {propagation['count']} of {propagation['sightings_expected']} expected sightings, {timing}; "
+            f"versions missed {propagation['versions_missed']}, subscribers dropped to polling "
+            f"{propagation['subscribers_dropped']}")
 
 
 def _server_meta(address: str, pid: int | None, facts) -> dict:
@@ -446,6 +582,15 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
                        help="share of registrations carrying a changed topic-table version (0..1)")
     fleet.add_argument("--serialize", choices=("json", "rocketmq"), default=defaults.serialize,
                        help="request header codec")
+    push = parser.add_argument_group("route-change push")
+    push.add_argument("--subscribers", type=int, default=0,
+                      help="connections subscribed to route changes (SUBSCRIBE_ROUTE_CHANGES); 0 = none")
+    push.add_argument("--subscriber-topics", type=int, default=4,
+                      help="topics each subscriber subscribes to, drawn from the fleet's with --seed")
+    push.add_argument("--subscriber-processes", type=int, default=1, help="processes the subscribers run in")
+    push.add_argument("--flap-period", type=float, default=0.0,
+                      help="every this many seconds of the measured window a broker closes its connection and "
+                      "registers again half a period later (open loop only); 0 = off")
     return parser
 
 
@@ -461,7 +606,9 @@ def settings_from_args(args: argparse.Namespace) -> StormSettings:
                          run_id=args.run_id, server_pid=args.server_pid, allow_remote=args.allow_remote,
                          progress=not args.no_progress, seed=args.seed,
                          launch=parse_overrides(args.server_set) if args.launch else None,
-                         metrics_url=args.metrics_url)
+                         metrics_url=args.metrics_url, subscribers=args.subscribers,
+                         subscriber_topics=args.subscriber_topics, subscriber_processes=args.subscriber_processes,
+                         flap_period_s=args.flap_period)
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
@@ -485,6 +632,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"heartbeat_storm: {exc}", file=sys.stderr)
         return 2
     print(format_summary(result.summary))
+    if result.propagation is not None:
+        print(format_propagation(result.propagation))
     print(f"run directory: {result.run_dir}")
     return 0
 

@@ -16,6 +16,11 @@ Server-side latency sits beside the client's: the difference of the two scrapes 
 /metrics the storm keeps in a run directory (bench/storm/server_metrics.py), its percentiles read
 with Prometheus's `histogram_quantile` rule and runs merged by summing bucket counts, likewise.
 A run without usable scrapes (no URL, a failed scrape, a server without the histogram) says why.
+
+Route-change propagation (storms with --subscribers and --flap-period: how long a broker's flap
+took to reach each subscriber, bench/storm/subscriber.py) is read off the merged `propagation`
+histograms the same way, per run and per configuration, beside the versions missed and
+subscribers dropped to polling of each run's meta.json. Runs without subscribers add nothing.
 """
 from __future__ import annotations
 
@@ -59,6 +64,8 @@ def percentile_column(p: float) -> str:
 
 #: Columns of the server-side latency tables after their keys and `request`: microseconds, as the client's.
 SERVER_COLUMNS = ("count", *[percentile_column(p) for p in SUMMARY_PERCENTILES], "mean")
+#: What the propagation tables take from each run's meta.json "propagation" (summed over a configuration's runs).
+PROPAGATION_FACTS = ("changes", "sightings_expected", "versions_missed", "subscribers_dropped")
 
 
 def merged_percentiles(buckets: DataFrame, keys: Sequence[str], percentiles: Sequence[float]) -> DataFrame:
@@ -106,6 +113,12 @@ class Run:
     @property
     def config_label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.config.items()) or "unknown"
+
+    @property
+    def push(self) -> dict | None:
+        """meta.json's route-change push summary when the run had subscribers, else None."""
+        propagation = self.meta.get("propagation") or {}
+        return propagation if propagation.get("subscribers") else None
 
 
 def normalize_uri(location: str) -> str:
@@ -176,11 +189,14 @@ class ReportTables:
     server_configurations: pd.DataFrame
     client_vs_server: pd.DataFrame
     client_vs_server_configurations: pd.DataFrame
+    propagation: pd.DataFrame
+    propagation_configurations: pd.DataFrame
 
     def items(self) -> list[tuple[str, pd.DataFrame]]:
         return [(name, getattr(self, name)) for name in
                 ("runs", "summary", "configurations", "errors", "intervals", "spectrum", "resources", "sweep",
-                 "server_latency", "server_configurations", "client_vs_server", "client_vs_server_configurations")]
+                 "server_latency", "server_configurations", "client_vs_server", "client_vs_server_configurations",
+                 "propagation", "propagation_configurations")]
 
 
 def compute_tables(spark: SparkSession, runs: Sequence[Run]) -> ReportTables:
@@ -234,7 +250,8 @@ def compute_tables(spark: SparkSession, runs: Sequence[Run]) -> ReportTables:
     return ReportTables(runs_table, summary, configurations, errors, per_interval, spectrum, resource_table,
                         _sweep(configurations, runs), server_per_run, server_per_config,
                         _client_vs_server(summary, server_per_run, ["run_id", "config"]),
-                        _client_vs_server(configurations, server_per_config, ["config"]))
+                        _client_vs_server(configurations, server_per_config, ["config"]),
+                        *_propagation_tables(histograms, labels, runs))
 
 
 def _stats_table(stats: pd.DataFrame, outcomes: pd.DataFrame, run_info: pd.DataFrame, keys: list[str],
@@ -256,6 +273,36 @@ def _stats_table(stats: pd.DataFrame, outcomes: pd.DataFrame, run_info: pd.DataF
                *[percentile_column(p) for p in SUMMARY_PERCENTILES], "max", "errors", "error_rate",
                *(["send_delay_p99"] if with_send_delay else [])]
     return table[columns].sort_values([*keys, "request"]).reset_index(drop=True)
+
+
+def _propagation_tables(histograms: DataFrame, labels: DataFrame,
+                        runs: Sequence[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Propagation latency per run and per thread configuration (runs merged), of the runs with subscribers.
+
+    count and percentiles (µs) come from the merged `propagation` buckets exactly as the client
+    latency's do; PROPAGATION_FACTS from each run's meta.json, summed over a configuration's runs.
+    A run whose subscribers saw no change has count 0 and no percentiles.
+    """
+    tail = ["sightings_expected", "count", *[percentile_column(p) for p in SUMMARY_PERCENTILES], "max",
+            "versions_missed", "subscribers_dropped"]
+    run_columns = ["run_id", "config", "subscribers", "changes", *tail]
+    config_columns = ["config", "runs", "changes", *tail]
+    listening = [run for run in runs if run.push]
+    if not listening:  # no Spark job for nothing
+        return pd.DataFrame(columns=run_columns), pd.DataFrame(columns=config_columns)
+    facts = pd.DataFrame([{"run_id": run.run_id, "config": run.config_label, "subscribers": run.push["subscribers"],
+                           **{name: run.push.get(name) or 0 for name in PROPAGATION_FACTS}} for run in listening])
+    per_config_facts = facts.groupby("config", as_index=False).agg(
+        runs=("run_id", "count"), **{name: (name, "sum") for name in PROPAGATION_FACTS})
+    propagation = histograms.filter(F.col("metric") == "propagation").join(F.broadcast(labels), "run_id")
+    per_run = facts.merge(merged_percentiles(propagation, ["run_id"], SUMMARY_PERCENTILES).toPandas(), how="left",
+                          on="run_id")
+    per_config = per_config_facts.merge(merged_percentiles(propagation, ["config"], SUMMARY_PERCENTILES).toPandas(),
+                                        how="left", on="config")
+    for table in (per_run, per_config):
+        table["count"] = table["count"].fillna(0).astype("int64")
+    return (per_run[run_columns].sort_values("run_id").reset_index(drop=True),
+            per_config[config_columns].sort_values("config").reset_index(drop=True))
 
 
 def _server_tables(windows: dict[str, server_metrics.ServerWindow],
@@ -338,6 +385,8 @@ def _run_row(run: Run) -> dict[str, object]:
         "fleet": json.dumps(fleet, sort_keys=True), "server": server.get("address"),
         "server_version": server.get("version"), "server_process": " ".join(server.get("cmdline") or [])[:200],
         "host_load_1m": "{} -> {}".format(*[(host.get(k) or [None])[0] for k in ("loadavg_before", "loadavg_after")]),
+        "subscribers": (meta.get("propagation") or {}).get("subscribers", 0),
+        "flap_period_s": (meta.get("propagation") or {}).get("flap_period_s", 0.0),
         "host": json.dumps(host, sort_keys=True),
     }
 
@@ -359,6 +408,7 @@ def render_html(tables: ReportTables, runs: Sequence[Run], title: str) -> str:
     if _merges_runs(tables, runs):
         body.append("<h2>By thread configuration (runs merged)</h2>" + _table(tables.configurations, _LATENCY_COLUMNS))
     body.append(_server_section(tables, runs))
+    body.append(_propagation_section(tables, runs))
     body.append("<h2>Responses by code</h2>" + _table(tables.errors, {}))
     if len(tables.sweep) > 1:
         body.append("<h2>Sweep</h2>" + _sweep_section(tables.sweep, runs)
@@ -405,6 +455,36 @@ def _server_section(tables: ReportTables, runs: Sequence[Run]) -> str:
     if _merges_runs(tables, runs):
         parts.append("<h3>Server latency by thread configuration (runs merged)</h3>"
                      + _table(tables.server_configurations, _LATENCY_COLUMNS))
+    return "".join(parts)
+
+
+_PROPAGATION_NOTE = (
+    "Route-change subscribers (SUBSCRIBE_ROUTE_CHANGES, each on a connection of its own, in processes apart from the "
+    "request generator's) listen while, every flap period, a broker closes its connection (the server drops its "
+    "routes: a change) and registers again half a period later (a second change). A <em>sighting</em> is "
+    "one subscriber receiving, for one of its topics, the ROUTE_CHANGED that shows the broker gone or back; its "
+    "latency runs from the moment of the change (just before the close, or the registration being sent; "
+    "CLOCK_MONOTONIC, one clock for every process on the host) to the push's arrival. <em>count</em> is the "
+    "sightings recorded, <em>sightings_expected</em> those the changes made should give (every subscriber of a topic "
+    "of the broker's cluster). HdrHistogram with 3 significant digits; percentiles come from merged histograms, "
+    "never averaged. <em>versions_missed</em>: changes whose version was not the subscriber's known version + 1; "
+    "<em>subscribers_dropped</em>: subscribers the server dropped to polling for reading too slowly.")
+
+
+def _propagation_section(tables: ReportTables, runs: Sequence[Run]) -> str:
+    """The propagation tables, and which runs had no subscribers (nothing when none had any)."""
+    if tables.propagation.empty:
+        return ""
+    parts = ["<h2>Route-change propagation</h2>", f"<p class=note>{_PROPAGATION_NOTE}</p>"]
+    for run in runs:
+        if run.push is None:
+            parts.append(f"<p class=note>{escape(run.run_id)}: no subscribers in this run</p>")
+        elif run.push.get("note"):
+            parts.append(f"<p class=note>{escape(run.run_id)}: {escape(run.push['note'])}</p>")
+    parts.append("<h3>By run</h3>" + _table(tables.propagation, _LATENCY_COLUMNS))
+    if _merges_runs(tables, runs):
+        parts.append("<h3>By thread configuration (runs merged)</h3>"
+                     + _table(tables.propagation_configurations, _LATENCY_COLUMNS))
     return "".join(parts)
 
 

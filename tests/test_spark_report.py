@@ -36,20 +36,23 @@ from bench.storm.server_metrics import (
     window_delta,
 )
 from bench.storm.rundir import ResourceSample, RunRecorder
+from bench.storm.subscriber import PROPAGATION
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import RequestCode
 
 SECOND = 1_000_000_000
 CODES = (int(RequestCode.GET_ROUTEINFO_BY_TOPIC), int(RequestCode.REGISTER_BROKER), int(RequestCode.BROKER_HEARTBEAT))
+ROUTE_CHANGED = int(RequestCode.ROUTE_CHANGED)
 CHROMIUM = Path("/usr/bin/chromium")
 
 
 def make_run(directory: Path, run_id: str, seed: int, point: dict[str, int], duration: int = 4,
-             server_metrics: dict | None = None) -> Path:
+             server_metrics: dict | None = None, push: tuple[dict[int, int], dict] | None = None) -> Path:
     """A run directory recorded through the storm's path: 2 workers, deltas shipped every 'second'.
 
     `server_metrics` is meta.json's entry of that name (left out when None, as in runs from before
-    the storm scraped /metrics).
+    the storm scraped /metrics). `push`: propagation latencies (µs -> how many, spread over the
+    intervals) recorded as a subscriber process does, and meta.json's "propagation".
     """
     rng = random.Random(seed)
     run = RunRecorder(run_id)
@@ -70,12 +73,27 @@ def make_run(directory: Path, run_id: str, seed: int, point: dict[str, int], dur
         run.add_resource(ResourceSample(float(second), "server", 1, 40.0 + second, 60_000_000 + second * 1000, 9,
                                         100 * second, second))
         run.add_resource(ResourceSample(float(second), "generator", 2, 80.0, 90_000_000, 4, 50 * second, 0))
+    if push is not None:
+        record_propagation(run, push[0], duration)
     meta = {"duration_s": duration, "warmup_s": 2, "mode": "open", "started_at": "2025-11-21T20:00:00Z",
             "sweep": {"point": point}, "server": {"address": "127.0.0.1:1", "version": "V5_3_3"},
             "load": {"workers": 2, "connections_per_worker": 2, "rates_per_s": {"GET_ROUTEINFO_BY_TOPIC": 500}}}
     if server_metrics is not None:
         meta["server_metrics"] = server_metrics
+    if push is not None:
+        meta["propagation"] = push[1]
     return run.write(directory / run_id, meta, start_epoch_s=1_700_000_000.0 + seed)
+
+
+def record_propagation(run: RunRecorder, latencies_us: dict[int, int], duration: int) -> None:
+    recorder = IntervalRecorder(worker=0, measure_start_ns=0)
+    sample = 0
+    for microseconds, count in latencies_us.items():
+        for _ in range(count):
+            changed = (sample % duration) * SECOND + 1000
+            recorder.observe(PROPAGATION, ROUTE_CHANGED, changed, changed + microseconds * 1000)
+            sample += 1
+    recorder.ship().apply_to(run)
 
 
 def raw_histograms(*run_dirs: Path, metric: str = "latency") -> dict[str, object]:
@@ -563,3 +581,84 @@ def test_report_without_scrapes_says_so_plainly(sweep_report):
     assert html.count(f"no server metrics for this run: {reason}") == 2 * len(dirs)
     assert "Server latency by run and request code" not in html
     assert pd.read_csv(report.parent / "csv" / "server_latency.csv").empty
+
+
+# ---------------------------------------------------------------- route-change propagation
+
+# push-a: 1000 µs × 50, 1500 × 40, 1900 × 9, 2000 × 1 (100 sightings; below 2048 µs HDR buckets are 1 µs wide)
+#   p50: target max(int(50 × 100 / 100 + 0.5), 1) = 50, reached at 1000;  p90: 90 -> 1500;  p99: 99 -> 1900
+#   p99.9: int(99.9 + 0.5) = 100 -> 2000;  max 2000
+# push-b: 3000 µs × 100: from 2048 µs buckets are 2 µs wide, [3000, 3001], so every percentile and max is 3001
+# Both merged (200): cumulative 50, 90, 99, 100 (≤ 2000), 200 (3001)
+#   p50: target 100 -> 2000;  p90: 180 -> 3001;  p99: 198 -> 3001;  p99.9: int(199.8 + 0.5) = 200 -> 3001
+PUSH_A = {1000: 50, 1500: 40, 1900: 9, 2000: 1}
+PUSH_B = {3000: 100}
+PUSH_EXPECTED = {
+    "push-a": {"count": 100, "p50": 1000, "p90": 1500, "p99": 1900, "p99_9": 2000, "max": 2000},
+    "push-b": {"count": 100, "p50": 3001, "p90": 3001, "p99": 3001, "p99_9": 3001, "max": 3001},
+}
+PUSH_MERGED = {"count": 200, "p50": 2000, "p90": 3001, "p99": 3001, "p99_9": 3001, "max": 3001}
+#: A sweep point whose label needs escaping in HTML.
+PUSH_POINT = {"serverSelectorThreads": 1, "tag": "<b>push</b>"}
+
+
+def push_meta(subscribers: int, changes: int, missed: int, dropped: int, **extra) -> dict:
+    """meta.json's "propagation" as the storm writes it (the report reads these keys)."""
+    return {"subscribers": subscribers, "subscriber_topics": 4, "flap_period_s": 1.0, "flaps": changes // 2,
+            "changes": changes, "sightings_expected": 100, "versions_missed": missed, "subscribers_dropped": dropped,
+            **extra}
+
+
+@pytest.fixture(scope="module")
+def push_report(spark, tmp_path_factory):
+    base = tmp_path_factory.mktemp("push")
+    dirs = [make_run(base, "push-a", 41, PUSH_POINT, duration=2, push=(PUSH_A, push_meta(10, 4, 0, 0))),
+            make_run(base, "push-b", 42, PUSH_POINT, duration=2, push=(PUSH_B, push_meta(20, 4, 2, 1))),
+            make_run(base, "push-none", 43, PUSH_POINT, duration=2),
+            make_run(base, "push-quiet", 44, {"serverSelectorThreads": 2}, duration=2,
+                     push=({}, push_meta(5, 0, 0, 0, note="no broker flapped (--flap-period 0): no route changed, "
+                                                                "no propagation recorded")))]
+    return spark_report.build_report(spark, [str(d) for d in dirs], base / "report"), dirs
+
+
+def test_propagation_tables_have_hand_computed_percentiles(push_report):
+    report, dirs = push_report
+    per_run = pd.read_csv(report.parent / "csv" / "propagation.csv").set_index("run_id")
+    assert list(per_run.index) == ["push-a", "push-b", "push-quiet"]  # push-none had no subscribers
+    for run_id, expected in PUSH_EXPECTED.items():
+        for column, value in expected.items():
+            assert per_run.loc[run_id, column] == value, (run_id, column)
+    assert per_run.loc["push-b", ["subscribers", "changes", "versions_missed", "subscribers_dropped"]].tolist() == \
+        [20, 4, 2, 1]
+    assert per_run.loc["push-quiet", "count"] == 0 and per_run.loc["push-quiet", ["p50", "max"]].isna().all()
+    raw = raw_histograms(dirs[0], metric="propagation")["ROUTE_CHANGED"]  # and they agree with hdrh
+    assert per_run.loc["push-a", "p99"] == raw.get_value_at_percentile(99)
+    configurations = pd.read_csv(report.parent / "csv" / "propagation_configurations.csv").set_index("config")
+    merged = configurations.loc[config_label(PUSH_POINT)]
+    assert (merged["runs"], merged["changes"], merged["versions_missed"], merged["subscribers_dropped"]) == (2, 8, 2, 1)
+    for column, value in PUSH_MERGED.items():
+        assert merged[column] == value, column
+
+
+def test_propagation_section_escapes_names_and_says_which_runs_had_no_subscribers(push_report):
+    report, _ = push_report
+    html = report.read_text(encoding="utf-8")
+    tables = HtmlTables(html)
+    by_run = {r["run_id"]: r for r in tables.records("Route-change propagation", "By run")}
+    assert (by_run["push-a"]["p50 (ms)"], by_run["push-a"]["p90 (ms)"], by_run["push-a"]["p99 (ms)"],
+            by_run["push-a"]["p99_9 (ms)"], by_run["push-a"]["max (ms)"]) == ("1.000", "1.500", "1.900", "2.000",
+                                                                          "2.000")
+    assert (by_run["push-b"]["p99 (ms)"], by_run["push-b"]["count"]) == ("3.001", "100")
+    assert by_run["push-a"]["config"] == config_label(PUSH_POINT)  # decoded from its escaped form
+    merged = {r["config"]: r for r in tables.records("Route-change propagation", "By thread configuration (runs merged)")}
+    assert (merged[config_label(PUSH_POINT)]["p50 (ms)"], merged[config_label(PUSH_POINT)]["p90 (ms)"]) == ("2.000",
+                                                                                                          "3.001")
+    assert "push-none: no subscribers in this run" in html
+    assert "push-quiet: no broker flapped (--flap-period 0)" in html
+    assert "&lt;b&gt;push&lt;/b&gt;" in html and "<b>push" not in html
+
+
+def test_runs_without_subscribers_add_no_propagation_section(sweep_report):
+    report, _ = sweep_report
+    assert "Route-change propagation" not in report.read_text(encoding="utf-8")
+    assert pd.read_csv(report.parent / "csv" / "propagation.csv").empty

@@ -6,6 +6,7 @@ import random
 import socket
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,9 +17,10 @@ from bench.heartbeat_storm import StormSettings, run_storm
 from bench.storm.fleet import HEARTBEAT, REGISTER, ROUTE, FleetShape, heartbeat_template, register_body, \
     register_template, route_template
 from bench.storm.hdr import new_histogram
+from bench.storm.subscriber import choose_topics
 from bench.storm.template import FrameTemplate
 from bench.storm.worker import WorkerPlan, WorkerRequests
-from namesrv.protocol import DataVersion, RegisterBrokerBody, RemotingCommand, SerializeType
+from namesrv.protocol import DataVersion, RegisterBrokerBody, RemotingCommand, RequestCode, SerializeType
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,6 +84,21 @@ def test_settings_are_validated_before_any_traffic(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("changes, message", [
+    ({"subscribers": -1}, "subscribers must be"),
+    ({"subscribers": 10, "subscriber_topics": 201}, r"subscriber topics must be 1\.\.200"),
+    ({"subscribers": 2, "subscriber_processes": 3}, "at most the subscribers"),
+    ({"flap_period_s": 31}, "at least one broker flaps"),
+    ({"flap_period_s": 0.01}, "flap period must be 0"),
+    ({"flap_period_s": 1, "mode": "closed"}, "needs --mode open"),
+])
+def test_push_options_are_validated(changes, message):
+    with pytest.raises(ValueError, match=message):
+        StormSettings(**changes).validate()
+    StormSettings(flap_period_s=1).validate()  # flaps without subscribers, or the reverse, are allowed
+    StormSettings(subscribers=5, subscriber_topics=200, subscriber_processes=5).validate()
+
+
 SMALL_FLEET = FleetShape(brokers=6, topics_per_broker=10, queues_per_topic=4, clusters=2, register_period_s=0.5,
                          heartbeat_period_s=0.5, route_clients=100, route_poll_period_s=0.5, register_churn=0.5)
 
@@ -99,7 +116,7 @@ def test_worker_requests_take_turns_and_churn_data_versions(churn):
         [fleet.broker(1).address, fleet.broker(3).address]
     first = [_data_version(t) for t in requests.bring_up()]
     assert first[0] != first[1]  # every broker stamps its own version
-    versions = [_data_version(requests.next(REGISTER)) for _ in range(6)]
+    versions = [_data_version(requests.next(REGISTER)[0]) for _ in range(6)]
     if churn:  # every registration switches its broker to the other version
         for broker in (0, 1):
             other = versions[broker]
@@ -107,8 +124,18 @@ def test_worker_requests_take_turns_and_churn_data_versions(churn):
             assert versions[broker::2] == [other, first[broker], other]
     else:
         assert versions == first * 3
-    topics = {RemotingCommand.decode(requests.next(ROUTE).render(1)[4:]).ext_fields["topic"] for _ in range(200)}
+    topics = {RemotingCommand.decode(requests.next(ROUTE)[0].render(1)[4:]).ext_fields["topic"] for _ in range(200)}
     assert topics == set(fleet.all_topics())
+
+
+def test_a_down_brokers_turns_pass_without_a_request():
+    fleet = FleetShape(brokers=4, topics_per_broker=3, clusters=2, heartbeat_period_s=1)
+    plan = WorkerPlan(index=1, workers=2, host="127.0.0.1", port=1, fleet=fleet, mode="open")
+    requests = WorkerRequests(plan, random.Random(3))
+    assert [requests.next(HEARTBEAT)[1] for _ in range(4)] == [0, 1, 0, 1]  # slots: fleet brokers 1 and 3
+    requests.down.add(plan.slot_of(3))
+    assert [None if r is None else r[1] for r in (requests.next(REGISTER) for _ in range(4))] == [0, None, 0, None]
+    assert requests.next(ROUTE)[1] is None  # clients ask whoever is down
 
 
 def test_open_loop_storm_against_a_real_server(namesrv_factory, tmp_path):
@@ -193,3 +220,44 @@ def test_cli_reports_bad_input_clearly(tmp_path):
                "--runs-dir", str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert result.returncode == 2 and "not a loopback address" in result.stderr
+
+
+def test_flapping_brokers_reach_subscribers_and_their_propagation_is_recorded(tmp_path):
+    """4 brokers (2 clusters of one master + one slave), 5 topics each; 20 subscribers of 3 topics;
+    a flap every 0.5 s of 2.5 s: 5 flaps, 10 changes, each seen by every subscriber of its cluster's topics."""
+    fleet = FleetShape(brokers=4, topics_per_broker=5, queues_per_topic=4, clusters=2, register_period_s=1,
+                       heartbeat_period_s=1, route_clients=20, route_poll_period_s=1)
+    command = [sys.executable, str(ROOT / "bench" / "heartbeat_storm.py"), "--launch", "--duration", "2.5",
+               "--warmup", "0.5", "--drain", "2", "--workers", "2", "--brokers", "4", "--topics", "5", "--queues", "4",
+               "--register-period", "1", "--heartbeat-period", "1", "--route-clients", "20", "--route-poll-period",
+               "1", "--subscribers", "20", "--subscriber-topics", "3", "--subscriber-processes", "2",
+               "--flap-period", "0.5", "--runs-dir", str(tmp_path), "--run-id", "push", "--no-progress"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    run_dir = tmp_path / "push"
+    meta = json.loads((run_dir / "meta.json").read_text())
+    propagation = meta["propagation"]
+    pairs = Counter(FleetShape.cluster_of(topic) for mine in choose_topics(fleet, 20, 3, seed=1) for topic in mine)
+    expected = 2 * sum(pairs[fleet.broker(flap % 4).cluster] for flap in range(5))  # each flap: close + register
+    assert (propagation["flaps"], propagation["changes"], propagation["sightings_expected"]) == (5, 10, expected)
+    assert propagation["count"] == expected > 0
+    assert 0 < propagation["p50_ms"] <= propagation["p99_ms"] <= propagation["max_ms"] < 2000
+    assert (propagation["versions_missed"], propagation["subscribers_dropped"]) == (0, 0)
+    assert propagation["subscription_responses"] == {"SUCCESS": 20}
+    assert sum(done["flaps"] for done in meta["load"]["workers_done"]) == 5
+    assert {row["request"]: row for row in meta["summary"]}["ALL"]["errors"] == 0  # no request lost to a flap
+    assert f"route-change propagation to 20 subscribers, 10 changes: {expected} of {expected}" in result.stdout
+    assert f"p99 {propagation['p99_ms']:.3f} ms" in result.stdout and "versions missed 0" in result.stdout
+
+    rows = [r for r in pq.read_table(run_dir / "histograms.parquet").to_pylist() if r["metric"] == "propagation"]
+    assert {(r["request_code"], r["request"]) for r in rows} == {(int(RequestCode.ROUTE_CHANGED), "ROUTE_CHANGED")}
+    assert sum(r["count"] for r in rows) == expected and {r["interval_start"] for r in rows} <= {0.0, 1.0, 2.0}
+    reader = HistogramLogReader(str(run_dir / "hdr" / "propagation.hlog"), new_histogram())
+    logged = new_histogram()
+    while (interval := reader.get_next_interval_histogram()) is not None:
+        assert interval.get_tag() == "ROUTE_CHANGED"
+        logged.add(interval)
+    assert logged.get_total_count() == expected
+    assert logged.get_value_at_percentile(99) / 1000 == propagation["p99_ms"]
+    resources = pq.read_table(run_dir / "resources.parquet").to_pylist()
+    assert {r["process"] for r in resources} == {"server", "generator", "subscribers"}

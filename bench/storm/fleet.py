@@ -8,11 +8,13 @@ topic-table version (as auto-created %RETRY% topics cause), forcing a full re-re
 also heartbeat (BROKER_HEARTBEAT, as in acting-master mode, every `heartbeat_period_s`), and R
 clients each ask for the route of a random topic every `route_poll_period_s`. Topics live per
 cluster: every broker group of a cluster hosts the cluster's T topics, so a route names all the
-cluster's groups, as with topics created cluster-wide.
+cluster's groups, as with topics created cluster-wide. Route-change subscribers
+(bench/storm/subscriber.py) subscribe to topics with `subscribe_template`.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from bench.storm.template import FrameTemplate
@@ -33,6 +35,8 @@ from namesrv.protocol.codes import PERM_READ, PERM_WRITE
 REGISTER = int(RequestCode.REGISTER_BROKER)
 HEARTBEAT = int(RequestCode.BROKER_HEARTBEAT)
 ROUTE = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+SUBSCRIBE = int(RequestCode.SUBSCRIBE_ROUTE_CHANGES)
+ROUTE_CHANGED = int(RequestCode.ROUTE_CHANGED)
 #: Fake broker ports: addresses are strings in the route table, never dialled by the NameServer.
 _BROKER_PORT_BASE = 10000
 _HA_PORT_BASE = 40000
@@ -119,6 +123,11 @@ class FleetShape:
     def all_topics(self) -> list[str]:
         return [topic for c in range(self.clusters) for topic in self.cluster_topics(f"storm-cluster-{c}")]
 
+    @staticmethod
+    def cluster_of(topic: str) -> str:
+        """The cluster whose brokers host `topic` (every broker of it: a flap changes all its topics)."""
+        return topic.rpartition("-topic-")[0]
+
     @property
     def serialize_type(self) -> int:
         return SerializeType.JSON if self.serialize == "json" else SerializeType.ROCKETMQ
@@ -159,3 +168,8 @@ def heartbeat_template(fleet: FleetShape, broker: BrokerIdentity) -> FrameTempla
 
 def route_template(fleet: FleetShape, topic: str) -> FrameTemplate:
     return FrameTemplate(_request(ROUTE, {"topic": topic}, None, fleet.serialize_type))
+
+
+def subscribe_template(fleet: FleetShape, topics: Sequence[str]) -> FrameTemplate:
+    """SUBSCRIBE_ROUTE_CHANGES for `topics`, from a 5.x client: pushes come in standard JSON."""
+    return FrameTemplate(_request(SUBSCRIBE, {"topics": ";".join(topics)}, None, fleet.serialize_type))

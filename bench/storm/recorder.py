@@ -1,9 +1,10 @@
-"""Worker-side recording: per (interval, request code) HDR histograms and response counts, shipped as deltas.
+"""Worker-side recording: per (metric, interval, code) HDR histograms and response counts, shipped as deltas.
 
 A worker records each answered request into the histogram of the 1-s interval holding its
-intended send time and, once a second, ships everything recorded since the last shipment as a
-`Delta` (encoded HDR histograms: compact and lossless). The coordinator adds deltas into its
-`RunRecorder`; late answers simply arrive in a later delta for the same interval.
+intended send time (a subscriber process each route change it sees into that of the change)
+and, once a second, ships everything recorded since the last shipment as a `Delta` (encoded
+HDR histograms: compact and lossless). The coordinator adds deltas into its `RunRecorder`;
+late answers simply arrive in a later delta for the same interval.
 """
 from __future__ import annotations
 
@@ -33,22 +34,22 @@ class Delta:
 
 
 class IntervalRecorder:
-    """Latency (answer − intended send) and send delay (actual − intended send) in µs, per interval.
+    """Durations in µs per (metric, interval, code): latency (answer − intended send), send delay
+    (actual − intended send) and, in subscriber processes, propagation (push received − the route
+    change it carries).
 
-    `measure_start_ns` is the end of warm-up on the monotonic clock all workers share
+    `measure_start_ns` is the end of warm-up on the monotonic clock all processes share
     (CLOCK_MONOTONIC is system-wide); requests intended before it are not recorded, but their
     response codes are tallied in `unmeasured` (bring-up and warm-up must not fail silently).
     """
 
-    __slots__ = ("worker", "measure_start_ns", "interval_ns", "unmeasured", "_latency", "_send_delay", "_responses",
-                 "_sent")
+    __slots__ = ("worker", "measure_start_ns", "interval_ns", "unmeasured", "_histograms", "_responses", "_sent")
 
     def __init__(self, worker: int, measure_start_ns: int, interval_ns: int = 1_000_000_000) -> None:
         self.worker = worker
         self.measure_start_ns = measure_start_ns
         self.interval_ns = interval_ns
-        self._latency: dict[tuple[int, int], HdrHistogram] = {}
-        self._send_delay: dict[tuple[int, int], HdrHistogram] = {}
+        self._histograms: dict[tuple[str, int, int], HdrHistogram] = {}
         self._responses: dict[tuple[int, int, int], int] = defaultdict(int)
         self._sent = 0
         self.unmeasured: dict[int, int] = defaultdict(int)
@@ -57,16 +58,25 @@ class IntervalRecorder:
         """Index of the interval holding `intended_ns`; negative during warm-up."""
         return (intended_ns - self.measure_start_ns) // self.interval_ns
 
+    def observe(self, metric: str, code: int, start_ns: int, end_ns: int) -> int:
+        """Record end − start as `metric` of `code` in the interval holding `start_ns` (the moment the
+        duration is charged to); returns that interval, negative (nothing recorded) before the window."""
+        interval = self.interval_of(start_ns)
+        if interval >= 0:
+            key = (metric, interval, code)
+            histogram = self._histograms.get(key)
+            if histogram is None:
+                histogram = self._histograms[key] = new_histogram()
+            record_us(histogram, (end_ns - start_ns) // 1000)
+        return interval
+
     def sent(self, request_code: int, intended_ns: int, sent_ns: int) -> None:
         self._sent += 1
-        interval = self.interval_of(intended_ns)
-        if interval >= 0:
-            record_us(self._histogram(self._send_delay, interval, request_code), (sent_ns - intended_ns) // 1000)
+        self.observe("send_delay", request_code, intended_ns, sent_ns)
 
     def answered(self, request_code: int, intended_ns: int, answered_ns: int, response_code: int) -> None:
-        interval = self.interval_of(intended_ns)
+        interval = self.observe("latency", request_code, intended_ns, answered_ns)
         if interval >= 0:
-            record_us(self._histogram(self._latency, interval, request_code), (answered_ns - intended_ns) // 1000)
             self._responses[(interval, request_code, response_code)] += 1
         else:
             self.unmeasured[response_code] += 1
@@ -82,18 +92,9 @@ class IntervalRecorder:
     def ship(self) -> Delta:
         """Everything recorded since the last call, then start afresh."""
         delta = Delta(self.worker, sent=self._sent)
-        for metric, table in (("latency", self._latency), ("send_delay", self._send_delay)):
-            for (interval, code), histogram in sorted(table.items()):
-                delta.histograms.append((metric, interval, code, histogram.encode()))
-            table.clear()
+        delta.histograms = [(*key, histogram.encode()) for key, histogram in sorted(self._histograms.items())]
+        self._histograms.clear()
         delta.responses = [(*key, count) for key, count in sorted(self._responses.items())]
         self._responses.clear()
         self._sent = 0
         return delta
-
-    @staticmethod
-    def _histogram(table: dict[tuple[int, int], HdrHistogram], interval: int, code: int) -> HdrHistogram:
-        histogram = table.get((interval, code))
-        if histogram is None:
-            histogram = table[(interval, code)] = new_histogram()
-        return histogram

@@ -8,9 +8,11 @@
 
 A request belongs to the interval of its *intended* send time (seconds since the end of warm-up),
 so warm-up exclusion is exact and late answers still count against the second that asked. Metrics:
-`latency` (response time − intended send time, µs) and `send_delay` (actual − intended send time,
-µs: how far the generator itself lagged). Histogram rows carry each bucket's lowest and highest
-equivalent values, so merged percentiles match HdrHistogram's exactly.
+`latency` (response time − intended send time, µs), `send_delay` (actual − intended send time,
+µs: how far the generator itself lagged) and `propagation` (a route-change subscriber receiving
+the ROUTE_CHANGED that shows a broker's flap − the moment of the flap, µs, in the interval of the
+flap; request code ROUTE_CHANGED; see bench/storm/flaps.py). Histogram rows carry each bucket's
+lowest and highest equivalent values, so merged percentiles match HdrHistogram's exactly.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from hdrh.histogram import HdrHistogram
 from bench.storm.hdr import HdrLogWriter, bucket_rows, new_histogram
 from namesrv.protocol import RequestCode, ResponseCode
 
-METRICS = ("latency", "send_delay")
+METRICS = ("latency", "send_delay", "propagation")
 NO_RESPONSE = -1
 #: Server settings runs are compared by (RocketMQ's names), in display order; any key ending in
 #: "Processes" (worker processes) joins them.
