@@ -4,7 +4,9 @@ It waits for the route table to record a change of a tracked topic, takes every 
 since its last round (so a burst coalesces into one round), lets the subscriptions make the
 round's pushes and posts them to the reactor through the outbox, in parts of REPLY_BATCH_BYTES
 that wait for room in the in-flight budget like any executor's replies. A subscriber whose
-connection holds more than half its maxConnectionOutputBytes unsent is dropped to polling.
+connection holds more than half of what the reactor lets it hold unsent (the part of
+maxConnectionOutputBytes beside ZeroMQ's pipe, past which the connection is closed) is dropped to
+polling first.
 """
 from __future__ import annotations
 
@@ -74,7 +76,7 @@ class RoutePublisher:
         return self._routes.topic_route_body(topic, standard, order)
 
     def _too_slow(self, channel: Channel) -> bool:
-        return self._reactor.backlog_of(channel) > self._config.max_connection_output_bytes // 2
+        return self._reactor.backlog_of(channel) > self._reactor.backlog_limit // 2
 
     def _run(self) -> None:
         ready = self._routes.changes_ready

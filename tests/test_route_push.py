@@ -3,6 +3,7 @@ pushing over TCP and ZeroMQ on every kind of change."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 import zlib
 from urllib.request import urlopen
@@ -182,3 +183,29 @@ def test_the_zeromq_endpoint_subscribes_and_is_pushed_to(namesrv_factory, raw_co
     push = decode_msgpack(dealer.recv())
     assert push.code == RequestCode.ROUTE_CHANGED
     assert [c["topic"] for c in json.loads(push.body)["changes"]] == ["P0"]
+
+
+def test_a_subscriber_that_does_not_read_is_dropped_to_polling_and_told_so(namesrv_factory, raw_connect) -> None:
+    server = namesrv_factory(maxConnectionOutputBytes=2 * 1024 * 1024)
+    subscriber = raw_connect(server.address)
+    subscriber.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # the kernel holds little for it
+    assert subscriber.call(subscriber.request(RequestCode.SUBSCRIBE_ROUTE_CHANGES, {"all": "true"})).code == 0
+    broker = raw_connect(server.address)
+    metrics = server.http_url + "/metrics"
+    for _ in range(300):  # each round pushes ~170 KB the subscriber never reads
+        assert broker.call(registration(broker, topics=200)).code == ResponseCode.SUCCESS
+        assert broker.call(broker.request(RequestCode.UNREGISTER_BROKER, {
+            "brokerName": "broker-p", "brokerAddr": "127.0.0.1:10919", "clusterName": "P", "brokerId": 0})).code == 0
+        if "namesrv_route_subscribers_dropped_total 1.0" in urlopen(metrics).read().decode():
+            break
+    else:
+        raise AssertionError("the subscriber was never dropped")
+    assert "namesrv_route_subscribers 0.0" in urlopen(metrics).read().decode()
+    last = None
+    while True:  # what it was sent ends with the notice; the connection stays open for requests
+        command = subscriber.recv(timeout=5)
+        last = command
+        if "dropped" in command.ext_fields:
+            break
+    assert "dropped to polling" in last.ext_fields["dropped"]
+    assert subscriber.call(subscriber.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Nowhere"})).code == 17

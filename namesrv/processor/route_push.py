@@ -16,8 +16,9 @@ new route (or null: deleted).
   split into bodies of at most PUSH_BODY_BYTES. Subscribers with the same topics and codec share
   the encoded frames.
 * Bounded: at most `maxRouteSubscriptionTopics` named topics over all subscriptions; a subscriber
-  whose connection already holds more than half its `maxConnectionOutputBytes` unsent is not sent
-  more: it is told it was dropped to polling (ROUTE_CHANGED with `dropped`) and unsubscribed.
+  whose connection already holds more than half the unsent bytes it may (namesrv.route_publisher)
+  is not sent more: it is told it was dropped to polling (ROUTE_CHANGED with `dropped`) and
+  unsubscribed, before the reactor would close its connection for not reading.
 """
 from __future__ import annotations
 

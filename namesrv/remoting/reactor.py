@@ -148,6 +148,11 @@ class Reactor:
         return {(transport, cause): count for transport, endpoint in self._endpoints.items()
                 for cause, count in endpoint.cut.items()}
 
+    @property
+    def backlog_limit(self) -> int:
+        """The unsent reply bytes one connection may hold here before it is closed (beside ZeroMQ's pipe)."""
+        return self._max_backlog_bytes()
+
     def backlog_of(self, channel: Channel) -> int:
         """Unsent reply bytes queued for one connection (any thread: a racy but safe read)."""
         endpoint = self._endpoints.get(channel.transport)
