@@ -24,14 +24,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import psutil
-import zmq
 
 from namesrv.client import RemotingClient, RemotingError
 from namesrv.config import split_address
 from namesrv.fastpath import body_crc32
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import RemotingCommand, RequestCode
-from namesrv.protocol.msgpack_codec import encode_msgpack
 
 _INT32 = struct.Struct(">i")
 MiB = 1 << 20

@@ -98,16 +98,14 @@ def run_scenario(server: NamesrvProcess, subscribers: int, topics_of: list[str |
     cpu = sum(server_process.cpu_times()[:2]) - cpu_before
     for process in processes:
         process.join(10)
-    firsts = sorted(t - t0 for batch in collected for t in batch[0])
-    dones = sorted(t - t0 for batch in collected for t in batch[1])
-    return {"firsts": firsts, "dones": dones, "missed": sum(batch[2] for batch in collected),
-            "unfinished": sum(batch[3] for batch in collected), "cpu_s": cpu, "rss_growth": peak_rss - rss_before}
+    dones = sorted(t - t0 for batch in collected for t in batch[0])
+    return {"dones": dones, "missed": sum(batch[1] for batch in collected), "cpu_s": cpu,
+            "rss_growth": peak_rss - rss_before}
 
 
 def _subscribers(address: str, count: int, topics_of: list[str | None], expected: int, ready, go, results) -> None:
     """`count` subscriptions (topics_of[i]: `;`-joined topics, None: all); after `go`, read pushes until
-    each has `expected` topic changes; put (first-push times, all-done times, versions missed,
-    subscriptions unfinished) on `results`."""
+    each has `expected` topic changes; put (the times each had all of them, versions missed) on `results`."""
     selector = selectors.DefaultSelector()
     states = []
     for i in range(count):
@@ -119,8 +117,7 @@ def _subscribers(address: str, count: int, topics_of: list[str | None], expected
             raise RuntimeError(f"subscription refused: {answer}")
         known = {r["topic"]: r["version"] for r in json.loads(answer.body)["routes"]}
         sock.setblocking(False)
-        state = {"sock": sock, "buffer": b"", "known": known, "changed": set(), "first": None, "done": None,
-                 "missed": 0}
+        state = {"sock": sock, "buffer": b"", "known": known, "changed": set(), "done": None, "missed": 0}
         selector.register(sock, selectors.EVENT_READ, state)
         states.append(state)
     ready.put(count)
@@ -142,8 +139,6 @@ def _subscribers(address: str, count: int, topics_of: list[str | None], expected
                 command = RemotingCommand.decode(frame)
                 if command.code != RequestCode.ROUTE_CHANGED or command.body is None:
                     continue
-                if state["first"] is None:
-                    state["first"] = now
                 for change in json.loads(command.body)["changes"]:
                     if change["version"] != state["known"].get(change["topic"], 0) + 1:
                         state["missed"] += 1  # a topic not named was at 0 when the subscription began
@@ -153,9 +148,7 @@ def _subscribers(address: str, count: int, topics_of: list[str | None], expected
                 state["done"] = now
                 selector.unregister(state["sock"])
                 open_ -= 1
-    results.put(([s["first"] for s in states if s["first"] is not None],
-                 [s["done"] for s in states if s["done"] is not None],
-                 sum(s["missed"] for s in states), open_))
+    results.put(([s["done"] for s in states if s["done"] is not None], sum(s["missed"] for s in states)))
     for state in states:
         state["sock"].close()
 

@@ -147,7 +147,7 @@ class NamesrvController:
         self.reactor = Reactor(config, self.dispatcher, self.outbox, self._channel_closed,
                                selector_threads(config, 1 if worker is None else worker.workers),
                                decode=self.processor.inline.answer_all)
-        self.route_publisher = RoutePublisher(config, self.routes, self.kv, self.processor.subscriptions,
+        self.route_publisher = RoutePublisher(self.routes, self.processor.subscriptions, self.processor.route_body,
                                               self.outbox, self.reactor)
         #: The operator's HTTP port: one per server (worker 0's with worker processes, whose `/metrics`
         #: gathers its siblings' through `_gatherer`; they answer through `_metrics_peer`).

@@ -6,7 +6,7 @@ taken at scrape time by a collector, so the request path pays only for its talli
 memory and descriptors come from prometheus-client's process collector.
 
 With worker processes, worker 0 serves the port and reports one view of the whole server: its own
-families merged with each sibling's (namesrv.workers.metrics_peers), sample by sample. Counters,
+families merged with each sibling's (namesrv.metrics_peers), sample by sample. Counters,
 histograms and per-process gauges are summed (requests, connections, CPU seconds, RSS, threads);
 what every worker holds alike because it applies the same write log (the route table's sizes, KV
 entries, registrations and removals) is worker 0's; the earliest start time is the process start.

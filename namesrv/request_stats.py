@@ -9,8 +9,9 @@ cannot grow it), times the response codes the server answers with, times the pat
 Latency runs from the reactor taking the request's frame off its socket to its answer being queued
 for sending: for the fast path, the end of decoding the chunk that held it; for the executors and
 the write log, the moment the reply is posted to the reactor's outbox. Time spent in the kernel's
-and ZeroMQ's queues before the reactor reads it is not seen here (a client's latency includes it). Buckets span tens of
-microseconds (a cached route answered inline) to seconds (a queue behind a slow registration).
+and ZeroMQ's queues before the reactor reads it is not seen here (a client's latency includes it).
+Buckets span tens of microseconds (a cached route answered inline) to seconds (a queue behind a
+slow registration).
 """
 from __future__ import annotations
 

@@ -14,9 +14,7 @@ import logging
 import threading
 
 from namesrv.channel import Channel
-from namesrv.config import NamesrvConfig
-from namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager
-from namesrv.processor.route_push import RouteSubscriptions
+from namesrv.processor.route_push import RouteBody, RouteSubscriptions
 from namesrv.remoting import Outbox, Reactor
 from namesrv.remoting.codecs import encode_reply
 from namesrv.remoting.dispatch import REPLY_BATCH_BYTES
@@ -31,12 +29,12 @@ STOP_POLL_SECONDS = 0.1
 class RoutePublisher:
     """`start()`, then it runs until `stop()`."""
 
-    def __init__(self, config: NamesrvConfig, routes: RouteInfoManager, kv: KVConfigManager,
-                 subscriptions: RouteSubscriptions, outbox: Outbox, reactor: Reactor) -> None:
-        self._config = config
+    def __init__(self, routes: RouteInfoManager, subscriptions: RouteSubscriptions, route_body: RouteBody,
+                 outbox: Outbox, reactor: Reactor) -> None:
+        """`route_body`: a topic's route as route queries are answered (RequestProcessor.route_body)."""
         self._routes = routes
-        self._kv = kv
         self._subscriptions = subscriptions
+        self._route_body = route_body
         self._outbox = outbox
         self._reactor = reactor
         self._stopping = False
@@ -70,10 +68,6 @@ class RoutePublisher:
         if part:
             self._outbox.put(part, wait=True)
         return len(deliveries)
-
-    def _route_body(self, topic: str, standard: bool) -> bytes | None:
-        order = self._kv.get(ORDER_TOPIC_CONFIG, topic) if self._config.order_message_enable else None
-        return self._routes.topic_route_body(topic, standard, order)
 
     def _too_slow(self, channel: Channel) -> bool:
         return self._reactor.backlog_of(channel) > self._reactor.backlog_limit // 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from namesrv.client.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH, FLAG_ONEWAY, SerializeType

@@ -291,10 +291,11 @@ class AsyncNamesrvClient:
         self.pushes_applied += 1
 
     async def _refetch(self, topic: str) -> None:
+        """Fetch a cached route again (a poll, or a missed push); a failure keeps the old route."""
         try:
             self._routes[topic] = await self._resolve_route(topic, True)
         except RemotingError as exc:
-            log.warning("route refetch of %s after a missed push failed, keeping the old route: %s", topic, exc)
+            log.warning("route refresh of %s failed, keeping the old route: %s", topic, exc)
 
     async def publish_queues(self, topic: str) -> list[MessageQueue]:
         return publish_queues(topic, await self.route(topic))
@@ -307,10 +308,7 @@ class AsyncNamesrvClient:
     async def refresh_routes(self) -> None:
         """Re-fetch every cached route; a failure keeps the old route (as RocketMQ clients do)."""
         for topic in list(self._routes):
-            try:
-                self._routes[topic] = await self._resolve_route(topic, True)
-            except RemotingError as exc:
-                log.warning("route refresh of %s failed, keeping the old route: %s", topic, exc)
+            await self._refetch(topic)
         await self._subscribe()
 
     async def start(self) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
+from namesrv.processor import route_handlers
 from namesrv.processor.context import Change, Handler, HandlerContext, Refusal
 from namesrv.processor.header import BadRequest
 from namesrv.processor.inline import InlineAnswers
@@ -40,6 +41,10 @@ class RequestProcessor:
         self._admin_guard = AdminGuard.from_settings(config.admin_allowed_networks, config.admin_token)
         #: Requests answered from raw frames (the reactor's shortcut past `process`).
         self.inline = InlineAnswers(self._ctx, self.process, registrations=inline_writes)
+
+    def route_body(self, topic: str, standard: bool) -> bytes | None:
+        """A topic's encoded route as route queries are answered (route-change pushes send the same)."""
+        return route_handlers.route_body(self._ctx, topic, standard)
 
     @property
     def subscriptions(self) -> RouteSubscriptions:

@@ -32,7 +32,7 @@ from namesrv.protocol.codes import INT32_MAX, RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
 from namesrv.protocol.json_header import decode_json_header
-from namesrv.request_stats import FAST_PATH, AnswerSlot, RequestTally
+from namesrv.request_stats import FAST_PATH, RequestTally
 
 #: The codes the inline paths answer, as plain ints (an IntEnum member costs more to look up and hash).
 _ROUTE_QUERY = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
@@ -102,8 +102,8 @@ class InlineAnswers:
         #: Answers given since the last count: route queries, and registrations by response code.
         self._routes_answered = 0
         self._registrations_answered: dict[int, int] = {}
+        #: Kept: counting a chunk of cached route answers must cost no more than the clock reading.
         self._route_slot = self.tally.slot(_ROUTE_QUERY, _SUCCESS, FAST_PATH)
-        self._registration_slots: dict[int, AnswerSlot] = {}
 
     def answer_all(self, frames: list[bytes], channel: Channel,
                    arrived: float) -> tuple[list[bytes], list[RemotingCommand]]:
@@ -147,12 +147,8 @@ class InlineAnswers:
             self._route_slot.add(seconds, self._routes_answered)
             self._routes_answered = 0
         if self._registrations_answered:
-            slots = self._registration_slots
             for response, count in self._registrations_answered.items():
-                slot = slots.get(response)
-                if slot is None:
-                    slot = slots[response] = self.tally.slot(_REGISTRATION, response, FAST_PATH)
-                slot.add(seconds, count)
+                self.tally.add(_REGISTRATION, response, FAST_PATH, seconds, count)
             self._registrations_answered.clear()
 
     def answer(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand | None:

@@ -1,7 +1,6 @@
 """What clients and admin tools ask about routes and topics (reference 2.3, 4.7-4.9)."""
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 
@@ -10,7 +9,7 @@ from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import Change, HandlerContext, Refusal, WriteHandler
 from namesrv.processor.header import RequestHeader
 from namesrv.processor.route_input import IllegalRoute, check_queues, check_topic
-from namesrv.processor.route_push import SubscriptionRefused
+from namesrv.processor.route_push import SubscriptionRefused, route_entry
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.route import QueueData, TopicList, TopicRouteData
@@ -30,19 +29,23 @@ def wants_standard_json(version: int, accept_standard_json_only: str | None) -> 
 
 def get_routeinfo_by_topic(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
     """The route in the flavour the client parses: standard JSON from 4.9.4 on (or when asked), else legacy."""
-    config = ctx.config
     if ctx.waiting_for_service():
         return request.make_response(ResponseCode.SYSTEM_ERROR, "name server not ready")
     header = RequestHeader(request)
     topic = header.required_text("topic")
-    standard = wants_standard_json(request.version, header.text("acceptStandardJsonOnly"))
-    order_topic_conf = ctx.kv.get(ORDER_TOPIC_CONFIG, topic) if config.order_message_enable else None
-    body = ctx.routes.topic_route_body(topic, standard, order_topic_conf)
+    body = route_body(ctx, topic, wants_standard_json(request.version, header.text("acceptStandardJsonOnly")))
     if body is None:
         return request.make_response(
             ResponseCode.TOPIC_NOT_EXIST,
             f"No topic route info in name server for the topic: {topic}\nSee {FAQ_URL} for further details.")
     return request.make_response(ResponseCode.SUCCESS, body=body)
+
+
+def route_body(ctx: HandlerContext, topic: str, standard: bool) -> bytes | None:
+    """A topic's encoded route as GET_ROUTEINFO_BY_TOPIC answers it (orderTopicConf included when
+    orderMessageEnable), None if it has none: route queries, subscriptions and pushes alike."""
+    order_topic_conf = ctx.kv.get(ORDER_TOPIC_CONFIG, topic) if ctx.config.order_message_enable else None
+    return ctx.routes.topic_route_body(topic, standard, order_topic_conf)
 
 
 def subscribe_route_changes(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
@@ -62,12 +65,8 @@ def subscribe_route_changes(ctx: HandlerContext, request: RemotingCommand, chann
     except (IllegalRoute, SubscriptionRefused) as exc:
         return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
     ctx.routes.track_changes()
-    order = ctx.config.order_message_enable
-    parts = []
-    for topic in topics:
-        body = ctx.routes.topic_route_body(topic, standard, ctx.kv.get(ORDER_TOPIC_CONFIG, topic) if order else None)
-        parts.append(b'{"topic":%s,"version":%d,"route":%s}' % (json.dumps(topic).encode(),
-                                                                 ctx.subscriptions.version(topic), body or b"null"))
+    parts = [route_entry(topic, ctx.subscriptions.version(topic), route_body(ctx, topic, standard))
+             for topic in topics]
     return request.make_response(ResponseCode.SUCCESS, body=b'{"routes":[' + b",".join(parts) + b"]}")
 
 

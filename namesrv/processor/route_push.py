@@ -153,9 +153,7 @@ def _commands(topics: list[str], versions: dict[str, int], standard: bool, route
         key = (topic, standard)
         if key not in routes:
             routes[key] = route_body(topic, standard)
-        body = routes[key]
-        part = b'{"topic":%s,"version":%d,"route":%s}' % (json.dumps(topic).encode(), versions[topic],
-                                                            b"null" if body is None else body)
+        part = route_entry(topic, versions[topic], routes[key])
         if parts and size + len(part) > PUSH_BODY_BYTES:
             commands.append(_command({"count": len(parts)}, b'{"changes":[' + b",".join(parts) + b"]}"))
             parts, size = [], 0
@@ -164,6 +162,12 @@ def _commands(topics: list[str], versions: dict[str, int], standard: bool, route
     if parts:
         commands.append(_command({"count": len(parts)}, b'{"changes":[' + b",".join(parts) + b"]}"))
     return commands
+
+
+def route_entry(topic: str, version: int, body: bytes | None) -> bytes:
+    """One topic's entry in a subscription's answer and in ROUTE_CHANGED: its version and route (null: none)."""
+    return b'{"topic":%s,"version":%d,"route":%s}' % (json.dumps(topic).encode(), version,
+                                                       b"null" if body is None else body)
 
 
 def _command(ext: dict[str, object], body: bytes | None) -> RemotingCommand:

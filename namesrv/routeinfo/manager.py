@@ -816,7 +816,9 @@ class RouteInfoManager:
     def take_changes(self) -> set[str]:
         """The topics whose route changed since the last call (between writes: never half of one)."""
         with self._lock.read, self._changed_lock:
-            changed, self._changed = self._changed or set(), set() if self._changed is not None else None
+            if self._changed is None:
+                return set()
+            changed, self._changed = self._changed, set()
         return changed
 
     def has_topic(self, topic: str) -> bool:
