@@ -48,6 +48,6 @@ setup(
     package_data={"namesrv": ["*.pyx"], "namesrv.fastpath": ["*.pxi"]},
     ext_modules=extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
-    install_requires=["pyzmq", "msgpack", "psutil", "orjson", "isal", "xxhash", "prometheus-client"],
+    install_requires=["pyzmq", "msgpack", "psutil", "orjson", "isal", "xxhash", "prometheus-client", "cryptography"],
     entry_points={"console_scripts": ["namesrv = namesrv.cli:main", "namesrv-admin = namesrv.admin:main"]},
 )

@@ -48,6 +48,7 @@ import multiprocessing
 import os
 import selectors
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -63,6 +64,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` imp
 from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
 from namesrv.fastpath import split_frames  # noqa: E402
 from namesrv.launcher import NamesrvProcess  # noqa: E402
+from namesrv.client.remoting import client_tls_context  # noqa: E402
 from namesrv.protocol import DataVersion, RemotingCommand, ResponseCode  # noqa: E402
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH  # noqa: E402
 from namesrv.errors import ProtocolError  # noqa: E402
@@ -126,7 +128,7 @@ def answer_ok(frame: bytes, echo_ok: bool) -> bool:
 
 
 def drive(address: tuple[str, int], pools: tuple[tuple[bytes, ...], ...], in_flight: int, start_at: float,
-          warmup_s: float, duration_s: float, echo_ok: bool, out: multiprocessing.Queue) -> None:
+          warmup_s: float, duration_s: float, echo_ok: bool, out: multiprocessing.Queue, tls: bool = False) -> None:
     """One generator process: keep `in_flight` requests outstanding per connection; count answers.
 
     Answers are checked outside the measured window only (see the module docstring), the same way
@@ -138,6 +140,8 @@ def drive(address: tuple[str, int], pools: tuple[tuple[bytes, ...], ...], in_fli
     for pool in pools:
         sock = socket.create_connection(address, timeout=5)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls:  # any certificate, as RocketMQ clients in test mode (bench/tls.py)
+            sock = client_tls_context().wrap_socket(sock, server_hostname=address[0])
         state = [sock, pool, 0, b""]  # socket, frame pool, next index, partial frame
         states.append(state)
         selector.register(sock, selectors.EVENT_READ, state)
@@ -172,9 +176,13 @@ def drive(address: tuple[str, int], pools: tuple[tuple[bytes, ...], ...], in_fli
 
 
 def _receive(state: list, address: tuple[str, int]) -> list[bytes]:
-    data = state[0].recv(_RECV_BYTES)
+    sock = state[0]
+    data = sock.recv(_RECV_BYTES)
     if not data:
         raise ConnectionError(f"{address} closed the connection")
+    if isinstance(sock, ssl.SSLSocket):  # decrypted bytes the selector cannot see
+        while sock.pending():
+            data += sock.recv(_RECV_BYTES)
     if state[3]:
         data = state[3] + data
     frames, consumed = split_frames(data, DEFAULT_MAX_FRAME_LENGTH)
@@ -215,13 +223,13 @@ def _send_next(state: list, count: int) -> None:
 
 
 def run_leg(address: str, pid: int | None, workload: Workload, generators: int, warmup_s: float,
-            duration_s: float, echo_ok: bool = False) -> LegResult:
+            duration_s: float, echo_ok: bool = False, tls: bool = False) -> LegResult:
     host, port = address.rsplit(":", 1)
     out: multiprocessing.Queue = multiprocessing.Queue()
     shares = [workload.pools[g::generators] for g in range(generators)]
     start_at = time.monotonic() + 0.3
     procs = [multiprocessing.Process(target=drive, args=((host, int(port)), share, workload.in_flight, start_at,
-                                                          warmup_s, duration_s, echo_ok, out), daemon=True)
+                                                          warmup_s, duration_s, echo_ok, out, tls), daemon=True)
              for share in shares if share]
     server = psutil.Process(pid) if pid else None
     for proc in procs:

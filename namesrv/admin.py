@@ -18,6 +18,7 @@ from typing import Any
 
 from namesrv.client.errors import MQResponseError, RemotingError
 from namesrv.client.namesrv_client import NamesrvClient, ServerResult, parse_namesrv_addrs
+from namesrv.client.remoting import client_tls_context
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE, SerializeType
 from namesrv.errors import ProtocolError
@@ -210,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "prefer the variable: a flag shows in ps and shell history)")
     common.add_argument("--serialize-type", choices=[t.name for t in SerializeType], default="JSON",
                         help="request header codec (default JSON)")
+    common.add_argument("--tls", action="store_true",
+                        help="connect with TLS (RocketMQ's -Dtls.enable=true); without --tls-trust-cert any server "
+                             "certificate is accepted, as RocketMQ's test mode")
+    common.add_argument("--tls-trust-cert", metavar="PEM", help="CAs the server's certificate must chain to (implies --tls)")
+    common.add_argument("--tls-cert", metavar="PEM", help="client certificate chain, for servers that ask one (implies --tls)")
+    common.add_argument("--tls-key", metavar="PEM", help="the client certificate's private key (default: in --tls-cert)")
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
 
@@ -258,8 +265,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         addresses = parse_namesrv_addrs(args.namesrv or "")
     except ValueError as exc:
         parser.error(f"-n: {exc}")
+    tls = None
+    if args.tls or args.tls_trust_cert or args.tls_cert:
+        tls = client_tls_context(args.tls_trust_cert, args.tls_cert, args.tls_key)
     client = NamesrvClient(addresses, timeout=args.timeout, connect_timeout=args.timeout,
-                           serialize_type=SerializeType[args.serialize_type], admin_token=args.token)
+                           serialize_type=SerializeType[args.serialize_type], admin_token=args.token, tls=tls)
     try:
         return args.handler(client, args)
     except (RemotingError, ProtocolError) as exc:

@@ -46,6 +46,12 @@ def _key(doc: str, default: Any, remote: bool = False, locked: bool = False, sec
                                             "check": check})
 
 
+def _one_of(value: str, allowed: tuple[str, ...]) -> None:
+    """A check for a key with named values (case-insensitive, as RocketMQ parses them)."""
+    if value.strip().lower() not in allowed:
+        raise ValueError(f"expected {', '.join(allowed[:-1])} or {allowed[-1]}, got {value!r}")
+
+
 def _inert(why: str, default: Any) -> Any:
     """A RocketMQ key namesrv has no use for: accepted at its default (so RocketMQ's own config
     files load), refused with `why` at any other value; a key is never accepted and ignored."""
@@ -88,8 +94,8 @@ class NamesrvConfig:
                                        True, remote=True)
     enable_topic_list: bool = _key("Answer cluster/unit topic-list queries (else SYSTEM_ERROR 'disable').", True,
                                    remote=True)
-    notify_min_broker_id_changed: bool = _inert("RocketMQ's NOTIFY_MIN_BROKER_ID_CHANGE to brokers is not "
-                                                "implemented", False)
+    notify_min_broker_id_changed: bool = _key("Send NOTIFY_MIN_BROKER_ID_CHANGE to a group's brokers when its "
+                                              "lowest broker id changes (master lost or back).", False, remote=True)
     need_wait_for_service: bool = _key("Refuse route queries for waitSecondsForService after start, unless the routes "
                                        "were restored (routeSnapshotEnable).", False)
     wait_seconds_for_service: int = _key("Seconds route queries are refused after start when needWaitForService.",
@@ -129,6 +135,13 @@ class NamesrvConfig:
     write_buffer_low_water_mark: int = _inert("Netty's low water mark: ZeroMQ's send pipe has only a high one "
                                               "(writeBufferHighWaterMark)", 0)
     server_socket_backlog: int = _key("Listen backlog.", 1024)
+    enable_shutdown_gracefully: bool = _key(
+        "On SIGTERM, keep serving for up to shutdownWaitTimeSeconds before draining, so every RocketMQ 5.3.2+ "
+        "client is told GO_AWAY and moves to another NameServer; the wait ends early once every open connection "
+        "was told or is an older client. Off (RocketMQ's default), SIGTERM drains and closes at once.", False,
+        locked=True)
+    shutdown_wait_time_seconds: int = _key("Most seconds enableShutdownGracefully keeps serving after SIGTERM.", 30,
+                                           locked=True)
     # --- namesrv's own ---
     zmq_listen_address: str = _key(
         "ZeroMQ ROUTER endpoint for msgpack-framed native peers; empty disables. Loopback by default: without "
@@ -166,6 +179,36 @@ class NamesrvConfig:
     zmq_curve_allowed_clients_dir: str = _key(
         "Directory of the public key files (*.key) of the ZeroMQ clients allowed to connect when CURVE is on; "
         "any other client's handshake is refused (logged). Read at start: restart to change it.", "", locked=True)
+    # --- TLS on the RocketMQ port: RocketMQ's TlsSystemConfig (tls.* system properties) as keys ---
+    tls_mode: str = _key(
+        "RocketMQ's tls.server.mode: disabled (a TLS handshake is refused), permissive (each connection may "
+        "speak TLS or plain, told apart by its first byte) or enforcing (a plain connection is closed).",
+        "permissive", locked=True, check=lambda value: _one_of(value, ("disabled", "permissive", "enforcing")))
+    tls_config_file: str = _key(
+        "RocketMQ's tls.config.file: a properties file whose tls.test.mode.enable and tls.server.* entries "
+        "override the tls* keys here; read at start and again when it changes. Missing: ignored, as RocketMQ.",
+        "/etc/rocketmq/tls.properties", locked=True)
+    tls_test_mode_enable: bool = _key(
+        "RocketMQ's tls.test.mode.enable: without tlsServerCertPath, serve a self-signed certificate made at "
+        "start and ask clients for none. Unlike RocketMQ, a configured certificate is served even in test mode.",
+        True, locked=True)
+    tls_server_need_client_auth: str = _key(
+        "RocketMQ's tls.server.need.client.auth: none, optional or require a client certificate, verified "
+        "against tlsServerTrustCertPath (needs tlsServerAuthClient=true: accepting any certificate, as RocketMQ "
+        "does otherwise, authenticates no one and is refused at start).", "none", locked=True,
+        check=lambda value: _one_of(value, ("none", "optional", "require")))
+    tls_server_key_path: str = _key("RocketMQ's tls.server.keyPath: the server's PEM private key; reloaded when it "
+                                    "changes.", "", locked=True)
+    tls_server_key_password: str = _key("RocketMQ's tls.server.keyPassword: the private key's password, if any.", "",
+                                        locked=True, secret=True)
+    tls_server_cert_path: str = _key("RocketMQ's tls.server.certPath: the server's PEM certificate chain; reloaded "
+                                     "when it changes (new connections get the new one).", "", locked=True)
+    tls_server_auth_client: bool = _key("RocketMQ's tls.server.authClient: verify client certificates against "
+                                        "tlsServerTrustCertPath (else the system's CAs).", False, locked=True)
+    tls_server_trust_cert_path: str = _key("RocketMQ's tls.server.trustCertPath: PEM CAs client certificates must "
+                                           "chain to; reloaded when it changes.", "", locked=True)
+    tls_handshake_timeout_seconds: int = _key("A TLS connection whose handshake is not done after this many seconds "
+                                              "is closed (Netty's SslHandler default).", 10, locked=True)
     # --- namesrv's own: who may change state, and how much one request may register (never remote) ---
     admin_allowed_networks: str = _key(
         "Networks (;-separated CIDRs, IPv4 or IPv6, e.g. 127.0.0.1/32;10.0.0.0/8) allowed to send admin requests "

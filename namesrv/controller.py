@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from namesrv.broker_notifier import BrokerNotifier
 from namesrv.channel import Channel
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.descriptors import fit_descriptor_limit
@@ -149,6 +150,8 @@ class NamesrvController:
                                decode=self.processor.inline.answer_all)
         self.route_publisher = RoutePublisher(self.routes, self.processor.subscriptions, self.processor.route_body,
                                               self.outbox, self.reactor)
+        #: NOTIFY_MIN_BROKER_ID_CHANGE: every worker applies every change, worker 0 alone sends it.
+        self.broker_notifier = BrokerNotifier(self.routes) if worker is None or worker.index == 0 else None
         #: The operator's HTTP port: one per server (worker 0's with worker processes, whose `/metrics`
         #: gathers its siblings' through `_gatherer`; they answer through `_metrics_peer`).
         self.http = None
@@ -208,6 +211,8 @@ class NamesrvController:
             self.config.zmq_listen_address = self.reactor.zmq_address
         self.dispatcher.start()
         self.route_publisher.start()
+        if self.broker_notifier is not None:
+            self.broker_notifier.start()
         self.reactor.start()
         self._tasks.start()
         if self.http is not None:
@@ -221,13 +226,14 @@ class NamesrvController:
             log.warning("the ZeroMQ endpoint %s accepts unauthenticated peers from the network: set "
                         "zmqCurveSecretKeyFile and zmqCurveAllowedClientsDir, or bind it to 127.0.0.1", zmq_address)
         if self.bus is None:
-            log.info("The Name Server boot success. serializeType=JSON, address %s, zmq %s, http %s",
+            log.info("The Name Server boot success. serializeType=JSON, address %s, zmq %s, http %s (%s)",
                      self.reactor.tcp_address, self.reactor.zmq_address or "disabled",
-                     self.http.bound if self.http is not None else "disabled")
+                     self.http.bound if self.http is not None else "disabled", self.reactor.tls.describe())
         else:
             zmq_address = self.reactor.zmq_address or ("worker 0's" if self.config.zmq_listen_address else "disabled")
-            log.info("worker %d (pid %d, generation %d) serving: address %s, zmq %s", self.bus.role.index,
-                     os.getpid(), self.bus.role.generation, self.reactor.tcp_address, zmq_address)
+            log.info("worker %d (pid %d, generation %d) serving: address %s (%s), zmq %s", self.bus.role.index,
+                     os.getpid(), self.bus.role.generation, self.reactor.tcp_address, self.reactor.tls.describe(),
+                     zmq_address)
 
     def _bind_shared_ports(self) -> None:
         """Listen on the ports the supervisor reserved, beside the siblings (SO_REUSEPORT); an
@@ -276,6 +282,20 @@ class NamesrvController:
         details: dict[str, object] = {} if ready else {"reason": f"needWaitForService: waiting {wait} s after start"}
         return ready, {**details, **self.routes.sizes()}
 
+    def _go_away(self, wait_seconds: int) -> None:
+        """enableShutdownGracefully: keep serving, answering GO_AWAY to clients that understand it, until
+        every open connection was told or is an older client's, or `wait_seconds` passed."""
+        self.reactor.go_away()
+        log.info("shutting down gracefully: answering GO_AWAY to RocketMQ 5.3.2+ clients for up to %d s "
+                 "(open connections: %s)", wait_seconds, ", ".join(
+                     f"{count} {transport}" for transport, count in self.reactor.connection_counts().items()))
+        started = time.monotonic()
+        settled = self.reactor.wait_settled(wait_seconds)
+        dispatcher = self.dispatcher
+        log.info("%s after %.1f s: %d GO_AWAY answers on %d connections; %d connections of older clients served",
+                 "every connection told" if settled else "shutdownWaitTimeSeconds passed", time.monotonic() - started,
+                 dispatcher.go_away_answers, len(dispatcher.told_go_away), len(dispatcher.served_old))
+
     def shutdown(self) -> None:
         if self.http is not None:
             self.http.stop()  # probes fail from now on: a load balancer stops sending clients here
@@ -283,6 +303,8 @@ class NamesrvController:
             self._gatherer.close()
         if self._metrics_peer is not None:
             self._metrics_peer.stop()
+        if self.config.enable_shutdown_gracefully:
+            self._go_away(self.config.shutdown_wait_time_seconds)
         self.reactor.pause_reading()
         log.info("shutting down: no new requests; finishing the accepted ones (open connections: %s)",
                  ", ".join(f"{count} {transport}" for transport, count in self.reactor.connection_counts().items()))
@@ -292,6 +314,8 @@ class NamesrvController:
         if self.bus is not None and not self.bus.drain(DRAIN_SECONDS):
             log.warning("writes still outside the write log after %.0f s; they are not answered", DRAIN_SECONDS)
         self.route_publisher.stop()
+        if self.broker_notifier is not None:
+            self.broker_notifier.stop()
         self.budget.close()
         self.reactor.stop(FLUSH_SECONDS)
         if self.route_snapshots is not None and (self.bus is None or self.bus.role.index == 0):

@@ -95,6 +95,11 @@ class ServerCollector:
         for (transport, cause), count in state.reactor.cut_counts().items():
             cut.add_metric([transport, cause], count)
         yield cut
+        yield _by_label(CounterMetricFamily, "namesrv_tls_handshakes", "TLS handshakes on the RocketMQ port, by "
+                        "result (done, failed, timed_out).", "result", state.reactor.tls_handshakes())
+        tls = state.reactor.tls
+        yield CounterMetricFamily("namesrv_tls_context_loads", "TLS server contexts built: 1 at start, one more per "
+                                  "certificate reload (0: tlsMode disabled).", value=0 if tls is None else tls.loads)
         yield _by_label(GaugeMetricFamily, "namesrv_executor_queued", "Requests waiting in each executor's queue.",
                         "executor", {executor.name: executor.queued for executor in dispatcher.executors})
         yield CounterMetricFamily("namesrv_executor_queue_full", "Requests answered SYSTEM_BUSY for a full "

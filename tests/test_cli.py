@@ -75,7 +75,6 @@ def test_help_exits_zero_and_explains_overrides() -> None:
     (["--serverWorkerThreads=16"], ["serverWorkerThreads", "reactor thread", "serverWorkerProcesses",
                                     "only RocketMQ's default (8)"]),
     (["--clusterTest=true"], ["clusterTest", "not implemented", "only RocketMQ's default (false)"]),
-    (["--notifyMinBrokerIdChanged=true"], ["notifyMinBrokerIdChanged", "not implemented"]),
     (["--writeBufferLowWaterMark=1024"], ["writeBufferLowWaterMark", "writeBufferHighWaterMark"]),
 ])
 def test_bad_command_lines_fail_with_one_line_and_exit_2(args: list[str], needles: list[str]) -> None:

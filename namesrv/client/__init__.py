@@ -26,7 +26,7 @@ from namesrv.client.namesrv_client import (
     parse_namesrv_addrs,
     publish_queues,
 )
-from namesrv.client.remoting import AsyncRemotingClient, RemotingClient
+from namesrv.client.remoting import AsyncRemotingClient, RemotingClient, client_tls_context
 from namesrv.client.sync import LoopThread
 from namesrv.client.zmq_connection import CurveClientKeys, ZmqRemotingConnection
 
@@ -35,5 +35,5 @@ __all__ = [
     "AsyncRemotingClient", "BrokerIdentity", "BrokerOuterAPI", "BrokerService", "BrokerTopicTable",
     "CurveClientKeys", "InvalidRouteError", "LoopThread", "MQResponseError", "MessageQueue", "NamesrvClient", "RemotingClient",
     "RemotingConnectError", "RemotingConnection", "RemotingError", "RemotingTimeoutError", "ServerResult",
-    "ZmqRemotingConnection", "clamp_register_period", "parse_namesrv_addrs", "publish_queues",
+    "ZmqRemotingConnection", "clamp_register_period", "client_tls_context", "parse_namesrv_addrs", "publish_queues",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 
 from namesrv.client.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
@@ -194,14 +195,19 @@ class RemotingConnection(BaseConnection, asyncio.Protocol):
 
     @classmethod
     async def open(cls, address: str, *, serialize_type: int = SerializeType.JSON, connect_timeout: float = 3.0,
-                   max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> RemotingConnection:
+                   max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+                   tls: ssl.SSLContext | None = None) -> RemotingConnection:
+        """`tls`: speak TLS with this context (the handshake is part of the connect timeout)."""
         host, port = split_address(address)
         connection = cls(address, serialize_type, max_frame_length)
         try:
             async with asyncio.timeout(connect_timeout):
-                await connection._loop.create_connection(lambda: connection, host, port)
+                await connection._loop.create_connection(lambda: connection, host, port, ssl=tls,
+                                                         server_hostname=None if tls is None else host)
         except TimeoutError:
             raise RemotingConnectError(f"connect to {address} timed out after {connect_timeout:g} s") from None
+        except ssl.SSLError as exc:
+            raise RemotingConnectError(f"TLS handshake with {address} failed: {exc.reason or exc}") from None
         except OSError as exc:
             raise RemotingConnectError(f"cannot connect to {address}: {exc.strerror or exc}") from None
         return connection

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -9,7 +10,7 @@ import zmq.asyncio
 
 from namesrv.client.api import NamesrvApi
 from namesrv.client.connection import BaseConnection, RemotingConnection
-from namesrv.client.errors import MQResponseError, RemotingError
+from namesrv.client.errors import MQResponseError, RemotingConnectError, RemotingError
 from namesrv.client.sync import LoopThread, SyncFacade, mirror
 from namesrv.client.zmq_connection import CurveClientKeys, ZmqRemotingConnection
 from namesrv.protocol import jsonbody
@@ -31,14 +32,19 @@ class AsyncRemotingClient(NamesrvApi):
     the header codec of every request (JSON or ROCKETMQ binary; ZeroMQ always uses msgpack);
     `version` is the MQVersion ordinal requests claim (>= 401 gets standard-JSON routes);
     `admin_token` is added to admin requests for NameServers that require it (adminToken);
-    `zmq_curve` makes ZeroMQ connections CURVE clients (for a server with CURVE on).
+    `zmq_curve` makes ZeroMQ connections CURVE clients (for a server with CURVE on); `tls` makes TCP
+    connections TLS ones (`client_tls_context`).
+
+    A NameServer shutting down answers GO_AWAY (RocketMQ 5.x): the call is sent once more on a new
+    connection (behind a load balancer it reaches another server), and a second GO_AWAY fails it with
+    `RemotingConnectError`, on which a NamesrvClient moves to its next address.
     """
 
     def __init__(self, *, transport: Transport = "tcp", serialize_type: int = SerializeType.JSON,
                  timeout: float = 3.0, connect_timeout: float = 3.0, version: int = SERVER_VERSION,
                  language: int = LanguageCode.PYTHON, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
                  zmq_context: zmq.asyncio.Context | None = None, admin_token: str | None = None,
-                 zmq_curve: CurveClientKeys | None = None) -> None:
+                 zmq_curve: CurveClientKeys | None = None, tls: ssl.SSLContext | None = None) -> None:
         if transport not in ("tcp", "zmq"):
             raise ValueError(f"transport must be 'tcp' or 'zmq', got {transport!r}")
         self.transport = transport
@@ -50,6 +56,7 @@ class AsyncRemotingClient(NamesrvApi):
         self.max_frame_length = max_frame_length
         self._zmq_context = zmq_context
         self._zmq_curve = zmq_curve
+        self.tls = tls
         self.admin_token = admin_token or None
         self._connections: dict[str, BaseConnection] = {}
         self._connect_locks: dict[str, asyncio.Lock] = {}
@@ -80,12 +87,22 @@ class AsyncRemotingClient(NamesrvApi):
             return await ZmqRemotingConnection.open(address, context=self._zmq_context, curve=self._zmq_curve)
         return await RemotingConnection.open(address, serialize_type=self.serialize_type,
                                              connect_timeout=self.connect_timeout,
-                                             max_frame_length=self.max_frame_length)
+                                             max_frame_length=self.max_frame_length, tls=self.tls)
 
     async def invoke(self, address: str, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
-        """Send `request` and return the response whatever its code."""
+        """Send `request` and return the response whatever its code (GO_AWAY aside: see the class)."""
+        timeout = self.timeout if timeout is None else timeout
         connection = await self.connection(address)
-        return await connection.invoke(request, self.timeout if timeout is None else timeout)
+        response = await connection.invoke(request, timeout)
+        if response.code != ResponseCode.GO_AWAY:
+            return response
+        await self.drop_connection(address)
+        connection = await self.connection(address)
+        response = await connection.invoke(request, timeout)
+        if response.code == ResponseCode.GO_AWAY:
+            await self.drop_connection(address)
+            raise RemotingConnectError(f"{address} is going away (GO_AWAY twice)")
+        return response
 
     async def invoke_many(self, address: str, requests: Iterable[RemotingCommand],
                           timeout: float | None = None) -> list[RemotingCommand | RemotingError]:
@@ -142,3 +159,22 @@ class RemotingClient(SyncFacade):
 
     def __init__(self, *, runner: LoopThread | None = None, **options: Any) -> None:
         self._attach(AsyncRemotingClient(**options), runner)
+
+
+def client_tls_context(trust_cert_path: str | None = None, cert_path: str | None = None,
+                       key_path: str | None = None, key_password: str | None = None) -> ssl.SSLContext:
+    """A client context for TLS NameServers. With `trust_cert_path` the server's certificate must chain
+    to those CAs (RocketMQ's tls.client.authServer); without, any certificate is accepted, as RocketMQ
+    clients in their default test mode do (encryption without authenticating the server).
+    `cert_path`/`key_path`: a client certificate for servers that ask for one."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if trust_cert_path:
+        context.load_verify_locations(trust_cert_path)
+        context.check_hostname = False  # RocketMQ checks the chain, not the host name
+    else:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if cert_path:
+        context.load_cert_chain(cert_path, key_path or None, key_password or None)
+    return context

@@ -20,8 +20,13 @@ All 23 request codes of RocketMQ 5.x's NameServer are handled, each declared onc
   limit and changes nothing; RocketMQ has no such bound.
 * The single-topic registration guard (5.x) refuses without side effects (5.x first adds the
   broker name to its cluster and may create an empty broker group).
-* Not implemented: clusterTest mode, the zone route filter (ZoneRouteRPCHook; the zone name is
-  still recorded and returned), NOTIFY_MIN_BROKER_ID_CHANGE, GO_AWAY (the server's concern).
+* A route query in zone mode (ZoneRouteRPCHook, namesrv.routeinfo.zones) keeps the JSON flavour the
+  client asked for and its zone's static-topic mappings only; 5.x re-encodes it in the legacy
+  flavour. Route-change subscriptions in zone mode are pushed their zone's routes.
+* NOTIFY_MIN_BROKER_ID_CHANGE (notifyMinBrokerIdChanged) is sent when the broker that held the
+  group's lowest id leaves, found by its address; 5.x trusts UNREGISTER_BROKER's brokerId and can
+  notify when nothing changed.
+* Not implemented: clusterTest mode, GO_AWAY (the server's concern).
 """
 from namesrv.processor.core import RequestProcessor
 from namesrv.processor.requests import (ADMIN_CODES, BY_CODE, PERSISTED_CODES, REQUESTS, RESPONSE_HEADER_CODES,

@@ -18,11 +18,9 @@ from namesrv.protocol.command import RemotingCommand, wire_string
 from namesrv.protocol.route import KVTable, RegisterBrokerResult
 from namesrv.protocol.topic import DataVersion, TopicQueueTable, decode_registration
 from namesrv.routeinfo import RouteTableFull, StaleTopicEntries
+from namesrv.routeinfo.zones import ZONE_NAME
 
 log = logging.getLogger(__name__)
-
-#: Raw extFields key a 5.x broker in a zone adds to every request (DynamicalExtFieldRPCHook).
-ZONE_NAME = "__ZONE_NAME"
 
 
 @dataclass(frozen=True, slots=True)

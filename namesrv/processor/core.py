@@ -42,9 +42,9 @@ class RequestProcessor:
         #: Requests answered from raw frames (the reactor's shortcut past `process`).
         self.inline = InlineAnswers(self._ctx, self.process, registrations=inline_writes)
 
-    def route_body(self, topic: str, standard: bool) -> bytes | None:
+    def route_body(self, topic: str, standard: bool, zone: str | None = None) -> bytes | None:
         """A topic's encoded route as route queries are answered (route-change pushes send the same)."""
-        return route_handlers.route_body(self._ctx, topic, standard)
+        return route_handlers.route_body(self._ctx, topic, standard, zone)
 
     @property
     def subscriptions(self) -> RouteSubscriptions:

@@ -14,6 +14,7 @@ from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.route import QueueData, TopicList, TopicRouteData
 from namesrv.routeinfo import RouteInfoManager, RouteTableFull
+from namesrv.routeinfo.zones import requested_zone
 
 #: RocketMQ 5.x FAQUrl.DEFAULT_FAQ_URL, quoted in TOPIC_NOT_EXIST remarks.
 FAQ_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
@@ -28,12 +29,14 @@ def wants_standard_json(version: int, accept_standard_json_only: str | None) -> 
 
 
 def get_routeinfo_by_topic(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-    """The route in the flavour the client parses: standard JSON from 4.9.4 on (or when asked), else legacy."""
+    """The route in the flavour the client parses: standard JSON from 4.9.4 on (or when asked), else
+    legacy; a client in zone mode gets its zone's (namesrv.routeinfo.zones)."""
     if ctx.waiting_for_service():
         return request.make_response(ResponseCode.SYSTEM_ERROR, "name server not ready")
     header = RequestHeader(request)
     topic = header.required_text("topic")
-    body = route_body(ctx, topic, wants_standard_json(request.version, header.text("acceptStandardJsonOnly")))
+    body = route_body(ctx, topic, wants_standard_json(request.version, header.text("acceptStandardJsonOnly")),
+                      requested_zone(request.ext_fields))
     if body is None:
         return request.make_response(
             ResponseCode.TOPIC_NOT_EXIST,
@@ -41,11 +44,12 @@ def get_routeinfo_by_topic(ctx: HandlerContext, request: RemotingCommand, channe
     return request.make_response(ResponseCode.SUCCESS, body=body)
 
 
-def route_body(ctx: HandlerContext, topic: str, standard: bool) -> bytes | None:
+def route_body(ctx: HandlerContext, topic: str, standard: bool, zone: str | None = None) -> bytes | None:
     """A topic's encoded route as GET_ROUTEINFO_BY_TOPIC answers it (orderTopicConf included when
-    orderMessageEnable), None if it has none: route queries, subscriptions and pushes alike."""
+    orderMessageEnable; only `zone`'s brokers for a client in zone mode), None if it has none: route
+    queries, subscriptions and pushes alike."""
     order_topic_conf = ctx.kv.get(ORDER_TOPIC_CONFIG, topic) if ctx.config.order_message_enable else None
-    return ctx.routes.topic_route_body(topic, standard, order_topic_conf)
+    return ctx.routes.topic_route_body(topic, standard, order_topic_conf, zone)
 
 
 def subscribe_route_changes(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
@@ -57,15 +61,16 @@ def subscribe_route_changes(ctx: HandlerContext, request: RemotingCommand, chann
     topics = sorted({topic for topic in (header.text("topics") or "").split(";") if topic})
     if not topics and not everything:
         return request.make_response(ResponseCode.SYSTEM_ERROR, "name some topics (topics=A;B) or all=true")
+    zone = requested_zone(request.ext_fields)
     try:
         for topic in topics:
             check_topic(topic)
         standard = wants_standard_json(request.version, header.text("acceptStandardJsonOnly"))
-        ctx.subscriptions.subscribe(channel, topics, everything, standard)
+        ctx.subscriptions.subscribe(channel, topics, everything, standard, zone)
     except (IllegalRoute, SubscriptionRefused) as exc:
         return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
     ctx.routes.track_changes()
-    parts = [route_entry(topic, ctx.subscriptions.version(topic), route_body(ctx, topic, standard))
+    parts = [route_entry(topic, ctx.subscriptions.version(topic), route_body(ctx, topic, standard, zone))
              for topic in topics]
     return request.make_response(ResponseCode.SUCCESS, body=b'{"routes":[' + b",".join(parts) + b"]}")
 

@@ -13,8 +13,9 @@ new route (or null: deleted).
   dropped: whenever the counts kept have doubled (plus VERSIONS_SLACK) since the last such sweep.
 * Coalescing: everything that changed since the last round goes out as one batch per subscriber
   (a broker leaving changes thousands of topics at once: one batch, not thousands of messages),
-  split into bodies of at most PUSH_BODY_BYTES. Subscribers with the same topics and codec share
-  the encoded frames.
+  split into bodies of at most PUSH_BODY_BYTES. Subscribers with the same topics, codec and zone
+  share the encoded frames.
+* A subscriber in zone mode (namesrv.routeinfo.zones) is pushed its zone's routes, as it polls them.
 * Bounded: at most `maxRouteSubscriptionTopics` named topics over all subscriptions; a subscriber
   whose connection already holds more than half the unsent bytes it may (namesrv.route_publisher)
   is not sent more: it is told it was dropped to polling (ROUTE_CHANGED with `dropped`) and
@@ -40,8 +41,9 @@ DROPPED_REMARK = "dropped to polling: the connection does not read its pushes fa
 
 #: One connection's encoded command, for its transport (namesrv.remoting.codecs.encode_reply).
 Encode = Callable[[Channel, RemotingCommand], bytes]
-#: The route body of a topic in the JSON flavour asked for (standard or legacy), None if it has none.
-RouteBody = Callable[[str, bool], "bytes | None"]
+#: The route body of a topic in the JSON flavour asked for (standard or legacy) and for a client in the
+#: zone given (None: any client), None if it has none.
+RouteBody = Callable[[str, bool, "str | None"], "bytes | None"]
 
 
 class SubscriptionRefused(Exception):
@@ -52,6 +54,7 @@ class SubscriptionRefused(Exception):
 class Subscription:
     channel: Channel
     standard: bool
+    zone: str | None = None
     everything: bool = False
     topics: set[str] = field(default_factory=set)
 
@@ -78,12 +81,14 @@ class RouteSubscriptions:
     def version(self, topic: str) -> int:
         return self._versions.get(topic, 0)
 
-    def subscribe(self, channel: Channel, topics: Collection[str], everything: bool, standard: bool) -> None:
-        """Add `topics` (or every topic) to `channel`'s subscription; SubscriptionRefused past the bound."""
+    def subscribe(self, channel: Channel, topics: Collection[str], everything: bool, standard: bool,
+                  zone: str | None = None) -> None:
+        """Add `topics` (or every topic) to `channel`'s subscription; SubscriptionRefused past the bound.
+        The last subscription's JSON flavour and zone are the connection's."""
         with self._lock:
             subscription = self._subscriptions.get(channel)
             if subscription is None:
-                subscription = Subscription(channel, standard)
+                subscription = Subscription(channel, standard, zone)
             new = set(topics) - subscription.topics
             if self._topic_count + len(new) > self._max_topics:
                 raise SubscriptionRefused(f"{len(new)} more topics would pass maxRouteSubscriptionTopics "
@@ -91,6 +96,7 @@ class RouteSubscriptions:
             subscription.topics |= new
             subscription.everything |= everything
             subscription.standard = standard
+            subscription.zone = zone
             self._topic_count += len(new)
             self._subscriptions[channel] = subscription
 
@@ -112,9 +118,9 @@ class RouteSubscriptions:
                 versions[topic] = self._versions.get(topic, 0) + 1
                 self._versions[topic] = versions[topic]
             subscriptions = list(self._subscriptions.values())
-        routes: dict[tuple[str, bool], bytes | None] = {}
-        #: Encoded once per topics, JSON flavour and transport; every subscriber alike sends the same bytes.
-        frames: dict[tuple[object, bool, str], list[bytes]] = {}
+        routes: dict[tuple[str, bool, str | None], bytes | None] = {}
+        #: Encoded once per topics, JSON flavour, zone and transport; every subscriber alike sends the same bytes.
+        frames: dict[tuple[object, bool, str | None, str], list[bytes]] = {}
         deliveries: list[tuple[Channel, bytes]] = []
         for subscription in subscriptions:
             matched = changed if subscription.everything else (
@@ -128,11 +134,13 @@ class RouteSubscriptions:
                 self.dropped += 1
                 deliveries.append((channel, encode(channel, _command({"dropped": DROPPED_REMARK}, None))))
                 continue
-            key = ("*" if subscription.everything else tuple(sorted(matched)), subscription.standard, channel.transport)
+            key = ("*" if subscription.everything else tuple(sorted(matched)), subscription.standard,
+                   subscription.zone, channel.transport)
             encoded = frames.get(key)
             if encoded is None:
                 encoded = frames[key] = [encode(channel, command) for command in
-                                         _commands(sorted(matched), versions, subscription.standard, routes, route_body)]
+                                         _commands(sorted(matched), versions, subscription.standard, subscription.zone,
+                                                   routes, route_body)]
             deliveries.extend((channel, frame) for frame in encoded)
             self.pushed += len(encoded)
         if len(self._versions) > self._sweep_at:
@@ -143,16 +151,16 @@ class RouteSubscriptions:
         return deliveries
 
 
-def _commands(topics: list[str], versions: dict[str, int], standard: bool, routes: dict[tuple[str, bool], bytes | None],
-              route_body: RouteBody) -> list[RemotingCommand]:
+def _commands(topics: list[str], versions: dict[str, int], standard: bool, zone: str | None,
+              routes: dict[tuple[str, bool, str | None], bytes | None], route_body: RouteBody) -> list[RemotingCommand]:
     """ROUTE_CHANGED commands holding these topics' changes, each body up to about PUSH_BODY_BYTES."""
     commands: list[RemotingCommand] = []
     parts: list[bytes] = []
     size = 0
     for topic in topics:
-        key = (topic, standard)
+        key = (topic, standard, zone)
         if key not in routes:
-            routes[key] = route_body(topic, standard)
+            routes[key] = route_body(topic, standard, zone)
         part = route_entry(topic, versions[topic], routes[key])
         if parts and size + len(part) > PUSH_BODY_BYTES:
             commands.append(_command({"count": len(parts)}, b'{"changes":[' + b",".join(parts) + b"]}"))

@@ -9,8 +9,9 @@ looks the body up without the route table's lock and writes the response as a pr
 with the opaque patched in.
 
 Everything else returns None and takes the regular path, which owns every other rule: a cache
-miss, TOPIC_NOT_EXIST, the needWaitForService window, a oneway or response frame. The bytes it
-writes are the ones the regular path would send (tests/test_route_query_fastpath.py).
+miss, TOPIC_NOT_EXIST, the needWaitForService window, a oneway or response frame, a client in zone
+mode (its answer is filtered: namesrv.routeinfo.zones). The bytes it writes are the ones the
+regular path would send (tests/test_route_query_fastpath.py).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from namesrv.processor.seen_headers import JSON_FIELD, OpaqueTemplate
 from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode, \
     SerializeType
 from namesrv.protocol.command import RemotingCommand
+from namesrv.routeinfo.zones import requested_zone
 
 _ROUTE_QUERY = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
 NOT_PLAIN = FLAG_RESPONSE | FLAG_ONEWAY
@@ -36,9 +38,10 @@ class RouteQuery(NamedTuple):
 
 
 def route_query_of(version: int, ext: dict[str, str] | None) -> RouteQuery | None:
-    """The query of a plain route query's decoded header fields (None without a topic)."""
+    """The query of a plain route query's decoded header fields (None without a topic, or from a
+    client in zone mode: its filtered answer is the regular path's)."""
     topic = None if ext is None else ext.get("topic")
-    if topic is None:
+    if topic is None or requested_zone(ext) is not None:
         return None
     return RouteQuery(topic, wants_standard_json(version, ext.get("acceptStandardJsonOnly")))
 

@@ -5,6 +5,7 @@ Route queries get their own pool ("client") so a registration storm cannot starv
 anything else goes to the public executor, where the processor answers REQUEST_CODE_NOT_SUPPORTED. A full queue,
 or a request whose bytes would pass maxInFlightRequestBytes (namesrv.remoting.budget), answers
 SYSTEM_BUSY at once from the reactor; oneway requests are bounded in flight and never answered.
+Shutting down, requests of clients that understand GO_AWAY are answered that instead.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Protocol
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
-from namesrv.protocol.codes import ResponseCode
+from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand
 from namesrv.remoting.budget import RequestBudget
 from namesrv.remoting.codecs import encode_reply
@@ -28,6 +29,7 @@ from namesrv.request_stats import EXECUTOR, NO_RESPONSE, REFUSED, RequestStats, 
 log = logging.getLogger(__name__)
 
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+GO_AWAY_REMARK = "please go away"
 #: An executor posts the replies of a batch once they reach this many bytes, not only at its end.
 REPLY_BATCH_BYTES = 256 * 1024
 #: SYSTEM_BUSY's remark when the request bytes in flight, not the queue, are at their bound.
@@ -78,6 +80,12 @@ class RequestDispatcher:
         self._oneway_dropped = 0
         #: Requests refused because their executor's queue was full, since start.
         self.queue_full = 0
+        #: Shutting down: requests from clients that understand it are answered GO_AWAY (reactor thread).
+        self.going_away = False
+        #: While going away: the connections told GO_AWAY, and those of older clients, which are served.
+        self.told_go_away: set[Channel] = set()
+        self.served_old: set[Channel] = set()
+        self.go_away_answers = 0
         self._oneway_dropped_logged = 0.0
 
     @property
@@ -104,11 +112,14 @@ class RequestDispatcher:
         budget = self.budget
         busy: list[Delivery] = []
         over_budget = 0
+        going_away = self.going_away
         for job in jobs:
             request = job[1]
             if request.is_response:
                 log.debug("dropped a response (code %d, opaque %d) from %s: namesrv sends no requests",
                           request.code, request.opaque, job[0])
+                continue
+            if going_away and not request.is_oneway and self._go_away(job, busy):
                 continue
             if not budget.charge(request.wire_size):
                 over_budget += 1
@@ -141,6 +152,20 @@ class RequestDispatcher:
                 log.warning("%s queue full (%d): %d requests refused with SYSTEM_BUSY", executor.name,
                             executor.capacity, len(batch) - accepted)
         return busy
+
+    def _go_away(self, job: Job, replies: list[Delivery]) -> bool:
+        """While shutting down, as RocketMQ 5.x: a request from a client newer than 5.3.1, which
+        reconnects and retries elsewhere, is answered GO_AWAY (True); an older client's is served, since
+        it would take GO_AWAY for an error. A oneway request has nothing to answer and is served too."""
+        channel, request, arrived = job
+        if request.version <= Version.V5_3_1:
+            self.served_old.add(channel)
+            return False
+        self.told_go_away.add(channel)
+        self.go_away_answers += 1
+        replies.append((channel, encode_reply(channel, request.make_response(ResponseCode.GO_AWAY, GO_AWAY_REMARK))))
+        self.stats.tally().add(request.code, ResponseCode.GO_AWAY, REFUSED, time.monotonic() - arrived)
+        return True
 
     def _busy(self, job: Job, remark: str) -> Delivery:
         channel, request, arrived = job

@@ -26,6 +26,7 @@ budget and, past it, has `close_incomplete` close the connections holding them
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from namesrv.errors import ProtocolError
 from namesrv.protocol.frame import FrameDecoder
 from namesrv.remoting.codecs import TCP_TRANSPORT, ZMQ_TRANSPORT, Decode, decode_all
 from namesrv.remoting.sockets import abort_connection, peer_address
+from namesrv.remoting.tls import HANDSHAKE_RECORD, TlsMode, TlsServer, TlsSession
 from namesrv.remoting.zmq_intake import IntakeWatch
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,8 @@ REFUSED_LOG_PERIOD = 1.0
 MAX_MESSAGE_BYTES = 64 * 1024
 #: Connections closed from our side remembered until ZeroMQ announces their end (oldest forgotten first).
 CLOSED_REMEMBERED = 65536
+#: Connection.tls of a TCP connection whose first bytes have not arrived (TLS or plain: they tell).
+UNDECIDED = object()
 
 
 def peer_of(frame: zmq.Frame) -> tuple[str, int | None]:
@@ -86,12 +90,15 @@ def _peer(conn: Connection) -> str:
 class Connection:
     """One peer: its Channel, frame decoder and socket descriptor (TCP only), last activity, and unsent replies."""
 
-    __slots__ = ("channel", "decoder", "fd", "last_active", "backlog", "backlog_bytes", "incomplete")
+    __slots__ = ("channel", "decoder", "fd", "tls", "last_active", "backlog", "backlog_bytes", "incomplete")
 
-    def __init__(self, channel: Channel, decoder: FrameDecoder | None, now: float, fd: int | None = None) -> None:
+    def __init__(self, channel: Channel, decoder: FrameDecoder | None, now: float, fd: int | None = None,
+                 tls: TlsSession | object | None = None) -> None:
         self.channel = channel
         self.decoder = decoder
         self.fd = fd
+        #: None for a plain connection; its TlsSession; UNDECIDED until its first bytes say which.
+        self.tls = tls
         self.last_active = now
         self.backlog: deque[tuple[object, int]] = deque()
         self.backlog_bytes = 0
@@ -149,6 +156,10 @@ class Endpoint:
         raise NotImplementedError
 
     # ---- shared
+    def route_all_to_executors(self) -> None:
+        """No more inline answers: every request goes to the dispatcher (shutting down: GO_AWAY)."""
+        self._decode = decode_all
+
     def _refuse_newcomer(self, peer: str, now: float) -> bool:
         """True (and logged, at most once per REFUSED_LOG_PERIOD) if the table is full: the newcomer is refused."""
         limit = self._max_connections
@@ -165,11 +176,14 @@ class Endpoint:
         conn.last_active = now
         self.connections.move_to_end(conn.channel.ident)
 
-    def send(self, ident: bytes, payloads: list[bytes], now: float) -> None:
-        """Send replies to one connection in as few messages as the size cap allows; queue what does not fit."""
+    def send(self, ident: bytes, payloads: list[bytes], now: float, encrypt: bool = True) -> None:
+        """Send replies to one connection in as few messages as the size cap allows; queue what does not fit.
+        On a TLS connection they leave encrypted (`encrypt=False`: they are TLS's own records already)."""
         conn = self.connections.get(ident)
         if conn is None:
             return  # closed while its requests were running
+        if conn.tls is not None and encrypt:
+            payloads = [conn.tls.encrypt(payloads)]
         self._touch(conn, now)
         messages = self._pack(payloads)
         if not conn.backlog:
@@ -294,9 +308,16 @@ class StreamEndpoint(Endpoint):
     transport = TCP_TRANSPORT
 
     def __init__(self, sock: zmq.Socket, max_backlog_bytes: int, on_closed: Callable[[Channel], None],
-                 max_frame_length: int, *, max_connections: int = 0, decode: Decode = decode_all) -> None:
+                 max_frame_length: int, *, max_connections: int = 0, decode: Decode = decode_all,
+                 tls: TlsServer | None = None) -> None:
+        """`tls`: the server's TLS mode and context; None: plain connections only, not even told apart."""
         super().__init__(sock, max_backlog_bytes, on_closed, max_connections=max_connections, decode=decode)
         self._max_frame_length = max_frame_length
+        self._tls = tls
+        #: TLS connections whose handshake is not done, with when it started (oldest first).
+        self._handshakes: OrderedDict[bytes, float] = OrderedDict()
+        #: TLS handshakes since start, by result (done, failed, timed_out).
+        self.handshakes = dict.fromkeys(("done", "failed", "timed_out"), 0)
         #: Connections we closed whose end ZeroMQ has not announced yet: that empty frame must not
         #: read as a newcomer's (which would then take the old connection's late replies).
         self._closed: OrderedDict[bytes, None] = OrderedDict()
@@ -322,7 +343,75 @@ class StreamEndpoint(Endpoint):
                 self._peer_closed(conn)
                 continue
             self._touch(conn, now)
-            self._take(conn, frame.bytes, now, jobs)
+            if conn.tls is None:
+                self._take(conn, frame.bytes, now, jobs)
+            else:
+                self._take_tls(conn, frame.bytes, now, jobs)
+
+    def _take_tls(self, conn: Connection, data: bytes, now: float, jobs: list[Job]) -> None:
+        """Bytes of a TLS connection, or the first bytes of one that may be (they decide, as RocketMQ's
+        TlsModeHandler: a handshake record is TLS, anything else plain)."""
+        session = conn.tls
+        mode = self._tls.mode
+        if session is UNDECIDED:
+            if data[0] != HANDSHAKE_RECORD:
+                if mode is TlsMode.ENFORCING:
+                    self.close(conn, "bad_input", "a plain (non-TLS) connection while tlsMode is enforcing: the "
+                               "client must use TLS (RocketMQ clients: -Dtls.enable=true)", logging.WARNING)
+                    return
+                conn.tls = None
+                self._take(conn, data, now, jobs)
+                return
+            if mode is TlsMode.DISABLED:
+                self.close(conn, "bad_input", "a TLS handshake while tlsMode is disabled: the client must not use "
+                           "TLS, or the server must run with tlsMode=permissive or enforcing", logging.WARNING)
+                return
+            session = conn.tls = self._tls.session()
+            self._handshakes[conn.channel.ident] = now
+        try:
+            plain, records = session.receive(data)
+        except ssl.SSLZeroReturnError:
+            self.send(conn.channel.ident, [session.close_notify()], now, encrypt=False)
+            self._forget(conn)
+            self._disconnect(conn.channel.ident, conn)
+            log.debug("tls connection %s closed by the peer (close_notify)", _peer(conn))
+            self._on_closed(conn.channel)
+            return
+        except ssl.SSLError as exc:
+            if not session.established:
+                self.handshakes["failed"] += 1
+            self.close(conn, "bad_input", f"TLS {'handshake' if not session.established else 'record'} failed: "
+                       f"{exc.reason or exc}", logging.WARNING)
+            return
+        if records:
+            self.send(conn.channel.ident, [records], now, encrypt=False)
+        if session.established and self._handshakes.pop(conn.channel.ident, None) is not None:
+            self.handshakes["done"] += 1
+            log.debug("tls connection %s: %s established", _peer(conn), session.version)
+        if plain:
+            self._take(conn, plain, now, jobs)
+
+    def expire_handshakes(self, now: float) -> None:
+        """Close TLS connections whose handshake took longer than the timeout (a peer that stalls it)."""
+        handshakes = self._handshakes
+        if not handshakes:
+            return
+        oldest_allowed = now - self._tls.handshake_timeout
+        while handshakes:
+            ident, started = next(iter(handshakes.items()))
+            if started >= oldest_allowed:
+                return
+            conn = self.connections.get(ident)
+            if conn is None:
+                del handshakes[ident]
+                continue
+            self.handshakes["timed_out"] += 1
+            self.close(conn, "idle", f"TLS handshake not done after {self._tls.handshake_timeout:g} s")
+
+    def _forget(self, conn: Connection) -> None:
+        super()._forget(conn)
+        if self._handshakes:
+            self._handshakes.pop(conn.channel.ident, None)
 
     def _frames(self, conn: Connection, message: bytes) -> list[bytes]:
         decoder = conn.decoder
@@ -340,7 +429,8 @@ class StreamEndpoint(Endpoint):
         if self._refuse_newcomer(channel.remote_addr, now):
             self._disconnect(ident)
             return
-        self.connections[ident] = Connection(channel, FrameDecoder(self._max_frame_length), now, fd)
+        self.connections[ident] = Connection(channel, FrameDecoder(self._max_frame_length), now, fd,
+                                             None if self._tls is None else UNDECIDED)
         log.debug("tcp connection from %s", channel.remote_addr or "a peer already gone")
 
     def _pack(self, payloads: list[bytes]) -> list[tuple[object, int]]:

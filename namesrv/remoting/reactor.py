@@ -22,6 +22,7 @@ from namesrv.remoting.codecs import ZMQ_TRANSPORT, Decode, decode_all
 from namesrv.remoting.curve import CurveServer
 from namesrv.remoting.dispatch import RequestDispatcher
 from namesrv.remoting.endpoints import MAX_MESSAGE_BYTES, Endpoint, Job, RouterEndpoint, StreamEndpoint
+from namesrv.remoting.tls import TlsServer
 from namesrv.remoting.zmq_intake import CHECK_PERIOD, IntakeWatch
 from namesrv.remoting.outbox import Delivery, Outbox
 
@@ -32,6 +33,8 @@ READ_BUDGET = 2048
 #: How soon a peer whose pipe was full is retried (ZeroMQ gives no per-peer writable event).
 BLOCKED_RETRY_MS = 5
 IDLE_SWEEP_SECONDS = 1.0
+#: While going away, how often the reactor checks whether every connection was told.
+SETTLE_CHECK_SECONDS = 0.1
 
 
 class BindError(Exception):
@@ -64,12 +67,20 @@ class Reactor:
         self._endpoints: dict[str, Endpoint] = {}
         self._thread = threading.Thread(target=self._run, name="NamesrvReactor", daemon=True)
         self._paused = False
+        #: Shutting down: GO_AWAY is answered (set by go_away(), applied by the reactor thread).
+        self._going_away = False
+        self._going_away_applied = False
+        #: Set once every open connection was told GO_AWAY or is an older client's (while going away).
+        self._settled = threading.Event()
         self._reading_stopped = threading.Event()
         self._stop_deadline: float | None = None
         #: "host:port" of the RocketMQ endpoint and the ZeroMQ endpoint actually bound (after bind()).
         self.tcp_address = ""
         self.zmq_address: str | None = None
         self._curve: CurveServer | None = None
+        #: TLS on the RocketMQ port (tlsMode), made in bind().
+        self.tls: TlsServer | None = None
+        self._stream: StreamEndpoint | None = None
         #: Connection events of the ZeroMQ TCP endpoint, for its IntakeWatch.
         self._monitor: zmq.Socket | None = None
 
@@ -85,12 +96,14 @@ class Reactor:
         zmq_address = config.zmq_listen_address if bind_zmq else ""
         if zmq_address:
             self._curve = CurveServer.from_config(self._context, config)
+        self.tls = TlsServer(config)
         try:
             stream = self._listen(zmq.STREAM, tcp_endpoint(config.bind_address, config.listen_port), tcp_fd)
             stream.setsockopt(zmq.STREAM_NOTIFY, 1)
-            self._add(StreamEndpoint(stream, self._max_backlog_bytes(), self._on_channel_closed,
-                                     config.max_frame_length, max_connections=config.max_connections,
-                                     decode=self._decode))
+            self._stream = StreamEndpoint(stream, self._max_backlog_bytes(), self._on_channel_closed,
+                                          config.max_frame_length, max_connections=config.max_connections,
+                                          decode=self._decode, tls=self.tls)
+            self._add(self._stream)
             self.tcp_address = _bound(stream).removeprefix("tcp://")
             if zmq_address:
                 router = self._listen(zmq.ROUTER, zmq_address, zmq_fd)
@@ -107,7 +120,18 @@ class Reactor:
             raise
 
     def start(self) -> None:
+        self.tls.start()
         self._thread.start()
+
+    def go_away(self) -> None:
+        """Answer GO_AWAY from now on to clients that understand it (RocketMQ 5.x's shutdown): every
+        request goes through the dispatcher, which decides (namesrv.remoting.dispatch)."""
+        self._going_away = True
+        self._outbox.wake()
+
+    def wait_settled(self, timeout: float) -> bool:
+        """Wait (after go_away) until every open connection was told GO_AWAY or is an older client's."""
+        return self._settled.wait(timeout)
 
     def pause_reading(self) -> None:
         """Stop taking requests (shutdown) and return once the reactor has; replies keep flowing."""
@@ -128,6 +152,8 @@ class Reactor:
                 log.error("the reactor did not stop within %.1f s; leaving its sockets open", timeout + 2)
                 return
         self._stop_curve()
+        if self.tls is not None:
+            self.tls.stop()
         self._context.term()
 
     @property
@@ -147,6 +173,10 @@ class Reactor:
         """Connections closed from our side since start, per (transport, cause)."""
         return {(transport, cause): count for transport, endpoint in self._endpoints.items()
                 for cause, count in endpoint.cut.items()}
+
+    def tls_handshakes(self) -> dict[str, int]:
+        """TLS handshakes on the RocketMQ port since start, by result."""
+        return dict(self._stream.handshakes) if self._stream is not None else {}
 
     @property
     def backlog_limit(self) -> int:
@@ -223,9 +253,13 @@ class Reactor:
             poller.register(monitor, zmq.POLLIN)
         idle_seconds = self._config.server_channel_max_idle_time_seconds
         next_sweep = time.monotonic() + IDLE_SWEEP_SECONDS
+        next_settle_check = 0.0
         reading = True
         while True:
             now = time.monotonic()
+            if self._going_away and now >= next_settle_check:
+                next_settle_check = now + SETTLE_CHECK_SECONDS
+                self._apply_go_away()
             if reading and self._paused:
                 for endpoint in endpoints:
                     poller.unregister(endpoint.socket)
@@ -240,6 +274,8 @@ class Reactor:
                 timeout = max(0.0, next_sweep - now) * 1000
                 if intake is not None and intake.intakes:
                     timeout = min(timeout, CHECK_PERIOD * 1000)
+                if self._going_away:
+                    timeout = min(timeout, SETTLE_CHECK_SECONDS * 1000)
             try:
                 events = dict(poller.poll(timeout))
                 now = time.monotonic()
@@ -263,12 +299,28 @@ class Reactor:
                         endpoint.flush_blocked()
                 if now >= next_sweep:
                     next_sweep = now + IDLE_SWEEP_SECONDS
+                    self._stream.expire_handshakes(now)
                     if idle_seconds:
                         for endpoint in endpoints:
                             endpoint.expire_idle(now - idle_seconds, idle_seconds)
             except Exception:  # noqa: BLE001 - the reactor is the server: log, keep serving
                 log.exception("reactor round failed")
         self._close_sockets(int(max(0.0, (self._stop_deadline or now) - time.monotonic()) * 1000))
+
+    def _apply_go_away(self) -> None:
+        """Reactor thread, while going away: every request to the dispatcher (no inline answers, so
+        none escapes GO_AWAY); then see whether every open connection has been settled."""
+        dispatcher = self._dispatcher
+        if not self._going_away_applied:
+            self._going_away_applied = True
+            dispatcher.going_away = True
+            for endpoint in self._endpoints.values():
+                endpoint.route_all_to_executors()
+        told, served = dispatcher.told_go_away, dispatcher.served_old
+        if not self._settled.is_set() and all(conn.channel in told or conn.channel in served
+                                              for endpoint in self._endpoints.values()
+                                              for conn in endpoint.connections.values()):
+            self._settled.set()
 
     @staticmethod
     def _connection_events(monitor: zmq.Socket, intake: IntakeWatch, now: float) -> None:

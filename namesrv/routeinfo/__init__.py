@@ -9,6 +9,7 @@ from namesrv.routeinfo.model import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
     BrokerLiveInfo,
     LiveKey,
+    MinBrokerIdChange,
     RemovedBroker,
     RouteTables,
     now_ms,
@@ -16,5 +17,6 @@ from namesrv.routeinfo.model import (
 
 __all__ = [
     "DEFAULT_BROKER_CHANNEL_EXPIRED_TIME", "SYNC_BROKER_MEMBER_GROUP_PREFIX", "BrokerLiveInfo", "LiveKey",
-    "RemovedBroker", "RouteInfoManager", "RouteTableFull", "RouteTables", "StaleTopicEntries", "now_ms",
+    "MinBrokerIdChange", "RemovedBroker", "RouteInfoManager", "RouteTableFull", "RouteTables", "StaleTopicEntries",
+    "now_ms",
 ]

@@ -9,9 +9,11 @@ broker x topic), and a byte budget evicts topics beyond it in second-chance (CLO
 oldest entry goes unless it was read since it was last considered. A hit only sets that bit, so
 reads never take the mutex (route queries are answered on the reactor thread).
 
-A body also depends on inputs outside the route tables (the order-topic configuration from the
-KV store, the acting-master switch): callers pass them as a `stamp`, and a stored body is only
-returned for the same stamp, so changing those inputs needs no invalidation at all.
+A topic has a body per `variant` of its answer: the JSON flavour (standard or legacy), or that
+and a zone (namesrv.routeinfo.zones) for a zone's answer. A body also depends on inputs outside
+the route tables (the order-topic configuration from the KV store, the acting-master switch):
+callers pass them as a `stamp`, and a stored body is only returned for the same stamp, so
+changing those inputs needs no invalidation at all.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
 
 class RouteBodyCache:
-    """topic -> {standard flavour?: (stamp, body)}, oldest first, plus the topics read since.
+    """topic -> {variant: (stamp, body)}, oldest first, plus the topics read since.
 
     Thread-safe on its own: `get` is lock-free (single dict and set operations, atomic under the
     GIL); `put` (readers of the route table fill it concurrently under the shared read lock) and
@@ -35,22 +37,22 @@ class RouteBodyCache:
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self._max_bytes = max_bytes
-        self._entries: OrderedDict[str, dict[bool, tuple[Hashable, bytes]]] = OrderedDict()
+        self._entries: OrderedDict[str, dict[Hashable, tuple[Hashable, bytes]]] = OrderedDict()
         self._referenced: set[str] = set()
         self._bytes = 0
         self._mutex = threading.Lock()
 
-    def get(self, topic: str, standard: bool, stamp: Hashable) -> bytes | None:
+    def get(self, topic: str, variant: Hashable, stamp: Hashable) -> bytes | None:
         variants = self._entries.get(topic)
         if variants is None:
             return None
-        cached = variants.get(standard)
+        cached = variants.get(variant)
         if cached is None or cached[0] != stamp:
             return None
         self._referenced.add(topic)
         return cached[1]
 
-    def put(self, topic: str, standard: bool, stamp: Hashable, body: bytes) -> None:
+    def put(self, topic: str, variant: Hashable, stamp: Hashable, body: bytes) -> None:
         cost = len(body) + ENTRY_OVERHEAD
         if cost > self._max_bytes:
             return
@@ -60,10 +62,10 @@ class RouteBodyCache:
                 variants = self._entries[topic] = {}
             else:
                 self._entries.move_to_end(topic)
-            previous = variants.get(standard)
+            previous = variants.get(variant)
             if previous is not None:
                 self._bytes -= len(previous[1]) + ENTRY_OVERHEAD
-            variants[standard] = (stamp, body)
+            variants[variant] = (stamp, body)
             self._bytes += cost
             while self._bytes > self._max_bytes:
                 oldest = next(iter(self._entries))

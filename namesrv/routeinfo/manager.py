@@ -15,6 +15,10 @@ operations, all rare (a group leaving, a perm wipe), scan the topic table as Roc
 Unregistration is synchronous (RocketMQ 4.9.8 style, no batch queue), and the expiry scan and
 channel-close path re-check their condition under the write lock, so a broker that re-registered
 in the meantime is never wiped (RocketMQ 5.x issue #11043).
+
+When a group's lowest broker id changes and notifyMinBrokerIdChanged is on, the change is reported
+as plain data (`MinBrokerIdChange`) to `min_broker_id_listener`; sending it is not this module's
+business (namesrv.broker_notifier).
 """
 from __future__ import annotations
 
@@ -45,11 +49,13 @@ from namesrv.routeinfo.model import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
     BrokerLiveInfo,
     LiveKey,
+    MinBrokerIdChange,
     RemovedBroker,
     RouteTables,
     now_ms,
 )
 from namesrv.routeinfo.rwlock import ReadWriteLock
+from namesrv.routeinfo.zones import zone_key, zone_route
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +110,9 @@ class RouteInfoManager:
         self._changed_lock = threading.Lock()
         #: Set whenever a tracked change is recorded (the route-change publisher waits on it).
         self.changes_ready = threading.Event()
+        #: Told of each change of a group's lowest broker id while notifyMinBrokerIdChanged is on (None:
+        #: nobody sends them). Called under the write lock: it must only queue, never block or raise.
+        self.min_broker_id_listener: Callable[[MinBrokerIdChange], None] | None = None
 
     # ------------------------------------------------------------------ registration
 
@@ -224,6 +233,7 @@ class RouteInfoManager:
         register_first = group is None  # step 2
         if group is None:
             group = self._brokers[broker_name] = BrokerData(cluster_name, broker_name, {})
+        previous_min_id = min(group.broker_addrs, default=None)
         group_changed = False
         old_version_broker = enable_acting_master is None  # step 3
         acting = bool(enable_acting_master)
@@ -274,6 +284,9 @@ class RouteInfoManager:
                      cluster_name, ha_server_addr)
         self._set_filters(key, filter_server_list)  # step 12
         self.registrations["applied"] += 1
+        if previous_min_id is not None and broker_id < previous_min_id:
+            # As 5.x, whatever the group's enableActingMaster: its brokers decide what the news means to them.
+            self._min_broker_id_changed(group, None, ha_server_addr)
         return self._master_of_locked(group, cluster_name, broker_id)  # step 13
 
     def _check_room_locked(self, key: LiveKey, broker_name: str, topics: dict[str, QueueFields]) -> None:
@@ -469,16 +482,28 @@ class RouteInfoManager:
         self._set_filters(key, [])
         group = None if broker_name is None else self._brokers.get(broker_name)
         if group is not None:
-            for stale_id in [i for i, addr in group.broker_addrs.items() if addr == broker_addr]:
-                del group.broker_addrs[stale_id]
+            addrs = group.broker_addrs
+            held_min_id = bool(addrs) and addrs[min(addrs)] == broker_addr
+            for stale_id in [i for i, addr in addrs.items() if addr == broker_addr]:
+                del addrs[stale_id]
                 self._invalidate_broker(group.broker_name)
-            if not group.broker_addrs:
+            if not addrs:
                 self._remove_broker_group(group.broker_name)
-            elif group.enable_acting_master and min(group.broker_addrs) > MASTER_ID:
-                # The master is gone: its queues stop taking writes until a master returns.
-                self._operate_write_perm(group.broker_name, lambda perm: perm & ~PERM_WRITE)
+            elif group.enable_acting_master:
+                if min(addrs) > MASTER_ID:
+                    # The master is gone: its queues stop taking writes until a master returns.
+                    self._operate_write_perm(group.broker_name, lambda perm: perm & ~PERM_WRITE)
+                if held_min_id:
+                    self._min_broker_id_changed(group, broker_addr, None)
         self.removals[reason] = self.removals.get(reason, 0) + 1
         return RemovedBroker(reason, cluster_name, broker_addr, broker_name, broker_id, channel)
+
+    def _min_broker_id_changed(self, group: BrokerData, offline_broker_addr: str | None,
+                               ha_broker_addr: str | None) -> None:
+        """Report that `group`'s lowest broker id changed, if notifyMinBrokerIdChanged and someone listens."""
+        listener = self.min_broker_id_listener
+        if listener is not None and self._config.notify_min_broker_id_changed:
+            listener(MinBrokerIdChange.of(group.broker_name, group.broker_addrs, offline_broker_addr, ha_broker_addr))
 
     def _remove_broker_group(self, broker_name: str) -> None:
         """The group's last address left: drop it from every table that names it."""
@@ -554,15 +579,20 @@ class RouteInfoManager:
         with self._lock.read:
             return self._pickup_locked(topic, self._config.support_acting_master)
 
-    def topic_route_body(self, topic: str, standard: bool, order_topic_conf: str | None = None) -> bytes | None:
-        """GET_ROUTEINFO_BY_TOPIC's encoded body, from the cache when the route is unchanged.
+    def topic_route_body(self, topic: str, standard: bool, order_topic_conf: str | None = None,
+                         zone: str | None = None) -> bytes | None:
+        """GET_ROUTEINFO_BY_TOPIC's encoded body, from the cache when the route is unchanged; with
+        `zone`, the route a client in that zone is answered with (namesrv.routeinfo.zones).
 
         A hit needs no route-table lock at all: a concurrent writer invalidates under the write
         lock, and a body is only stored by a reader holding the read lock, so it is never stale.
+        A zone's body is cached when a group of the route is in that zone: a topic holds at most
+        one body per zone its brokers are in, whatever zone names clients send.
         """
         acting = self._config.support_acting_master  # read once: the stamp must describe the body
         stamp = (order_topic_conf, acting)
-        body = self._route_cache.get(topic, standard, stamp)
+        variant = standard if zone is None else (standard, zone_key(zone))
+        body = self._route_cache.get(topic, variant, stamp)
         if body is not None:
             return body
         with self._lock.read:
@@ -570,8 +600,12 @@ class RouteInfoManager:
             if route is None:
                 return None
             route.order_topic_conf = order_topic_conf
+            cache = True
+            if zone is not None:
+                route, cache = zone_route(route, zone)
             body = route.encode(standard)
-            self._route_cache.put(topic, standard, stamp, body)
+            if cache:
+                self._route_cache.put(topic, variant, stamp, body)
         return body
 
     def cached_topic_route_body(self, topic: str, standard: bool, order_topic_conf: str | None = None) -> bytes | None:

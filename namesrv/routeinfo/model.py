@@ -1,4 +1,4 @@
-"""Plain records of the route table: live-broker info, removal reports, a consistent snapshot."""
+"""Plain records of the route table: live-broker info, removal and min-broker-id reports, a consistent snapshot."""
 from __future__ import annotations
 
 import time
@@ -65,6 +65,45 @@ class RemovedBroker:
     def __str__(self) -> str:
         return (f"{self.reason}: broker {self.broker_name}[{self.broker_id}] {self.broker_addr} "
                 f"of cluster {self.cluster_name} (channel {self.channel})")
+
+
+@dataclass(frozen=True, slots=True)
+class MinBrokerIdChange:
+    """A broker group's lowest broker id changed: NOTIFY_MIN_BROKER_ID_CHANGE's header fields, and
+    the brokers to send it to (`notify`, lowest id first).
+
+    A broker that left (`offline_broker_addr`) leaves the group's remaining brokers to be told; a
+    broker that joined with a lower id (`ha_broker_addr`: its HA address) is the new minimum, and
+    the brokers it outranks are told (itself only when it is alone), as 5.x chooseBrokerAddrsToNotify.
+    """
+
+    broker_name: str
+    min_broker_id: int
+    min_broker_addr: str
+    offline_broker_addr: str | None
+    ha_broker_addr: str | None
+    notify: tuple[str, ...]
+
+    @classmethod
+    def of(cls, broker_name: str, broker_addrs: dict[int, str], offline_broker_addr: str | None,
+           ha_broker_addr: str | None) -> MinBrokerIdChange:
+        """The change for a group now holding `broker_addrs` (not empty)."""
+        lowest = min(broker_addrs)
+        ids = sorted(broker_addrs)
+        if offline_broker_addr is None and len(ids) > 1:
+            ids.remove(lowest)
+        return cls(broker_name, lowest, broker_addrs[lowest], offline_broker_addr, ha_broker_addr,
+                   tuple(broker_addrs[i] for i in ids))
+
+    def ext_fields(self) -> dict[str, str]:
+        """NotifyMinBrokerIdChangeRequestHeader's fields (the absent ones left out, as Java writes nulls)."""
+        fields = {"minBrokerId": str(self.min_broker_id), "brokerName": self.broker_name,
+                  "minBrokerAddr": self.min_broker_addr}
+        if self.offline_broker_addr is not None:
+            fields["offlineBrokerAddr"] = self.offline_broker_addr
+        if self.ha_broker_addr is not None:
+            fields["haBrokerAddr"] = self.ha_broker_addr
+        return fields
 
 
 @dataclass(frozen=True, slots=True)

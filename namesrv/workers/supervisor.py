@@ -60,7 +60,7 @@ class WorkerProcess:
         self.process.stdin.write(json.dumps(spec).encode() + b"\n")
         self.process.stdin.flush()  # stdin stays open: its end tells the worker the supervisor is gone
         self.started = time.monotonic()
-        #: The worker's "serving" report ({"address", "zmq"}), None until it serves.
+        #: The worker's "serving" report ({"address", "zmq", "http", "tls"}), None until it serves.
         self.serving: dict | None = None
         self._partial = b""
 
@@ -171,9 +171,9 @@ class Supervisor:
             if not booted and len(self._workers) == count and all(w.serving for w in self._workers.values()):
                 booted = True
                 first = self._workers[0].serving
-                log.info("The Name Server boot success. serializeType=JSON, address %s, zmq %s, http %s (%d worker "
-                         "processes, pids %s)", first["address"], first["zmq"] or "disabled",
-                         first.get("http") or "disabled", count,
+                log.info("The Name Server boot success. serializeType=JSON, address %s, zmq %s, http %s (%s; %d "
+                         "worker processes, pids %s)", first["address"], first["zmq"] or "disabled",
+                         first.get("http") or "disabled", first.get("tls"), count,
                          " ".join(str(self._workers[i].pid) for i in range(count)))
             for index, due in list(restarts.items()):
                 if due <= time.monotonic():

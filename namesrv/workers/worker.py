@@ -63,7 +63,8 @@ def main() -> int:
     stops.install()
     http = controller.http.bound if controller.http is not None else None
     sys.stdout.write(json.dumps({"serving": {"address": controller.reactor.tcp_address,
-                                             "zmq": controller.reactor.zmq_address, "http": http}}) + "\n")
+                                             "zmq": controller.reactor.zmq_address, "http": http,
+                                             "tls": controller.reactor.tls.describe()}}) + "\n")
     sys.stdout.flush()
     control = sys.stdin.fileno()
     while stops.reason is None:
