@@ -33,9 +33,10 @@ def _name(common_name: str) -> x509.Name:
 
 
 def make_cert(folder: Path, stem: str, issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None = None,
-              ca: bool = False) -> tuple[Path, Path, x509.Certificate, ec.EllipticCurvePrivateKey]:
-    """(cert.pem, key.pem, cert, key): self-signed, or signed by `issuer`."""
-    key = ec.generate_private_key(ec.SECP256R1())
+              ca: bool = False, key: ec.EllipticCurvePrivateKey | None = None,
+              ) -> tuple[Path, Path, x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """(cert.pem, key.pem, cert, key): self-signed, or signed by `issuer`; for `key`, else a new one."""
+    key = key or ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     issuer_cert, issuer_key = issuer if issuer is not None else (None, key)
     builder = (x509.CertificateBuilder().subject_name(_name(stem))
@@ -146,18 +147,9 @@ def test_a_changed_certificate_is_reloaded_and_a_half_rotated_pair_keeps_the_old
     renewed = tmp_path / "renewed"
     renewed.mkdir()
     # a certificate renewed on the same key: RocketMQ 5.x waits for the key to change too; reloaded here
-    same_key = serialization.load_pem_private_key(key.read_bytes(), None)
-    renewed_cert = make_cert_for_key(same_key, "renewed")
-    cert.write_bytes(renewed_cert.public_bytes(serialization.Encoding.PEM))
+    renewed_cert, _, _, _ = make_cert(renewed, "renewed", key=serialization.load_pem_private_key(key.read_bytes(), None))
+    cert.write_bytes(renewed_cert.read_bytes())
     assert tls.reload_if_changed() and tls.loads == 3
-
-
-def make_cert_for_key(key, common_name: str) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.timezone.utc)
-    return (x509.CertificateBuilder().subject_name(_name(common_name)).issuer_name(_name(common_name))
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
-            .sign(key, hashes.SHA256()))
 
 
 # ---- real servers

@@ -372,10 +372,8 @@ class StreamEndpoint(Endpoint):
             plain, records = session.receive(data)
         except ssl.SSLZeroReturnError:
             self.send(conn.channel.ident, [session.close_notify()], now, encrypt=False)
-            self._forget(conn)
-            self._disconnect(conn.channel.ident, conn)
-            log.debug("tls connection %s closed by the peer (close_notify)", _peer(conn))
-            self._on_closed(conn.channel)
+            self._disconnect(conn.channel.ident, conn)  # the TCP connection outlives a TLS close: end it
+            self._peer_closed(conn)
             return
         except ssl.SSLError as exc:
             if not session.established:
