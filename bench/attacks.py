@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from bench.cli_help import HelpFormatter
 from namesrv.client import RemotingClient, RemotingError
 from namesrv.config import split_address
 from namesrv.fastpath import body_crc32
@@ -377,10 +378,15 @@ def _closed(sock: socket.socket) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", help="run the server from this checkout (an older commit's worktree)")
-    parser.add_argument("--only", nargs="*", choices=sorted(ATTACKS), help="these attacks only")
-    parser.add_argument("--scale", type=float, default=1.0, help="attack sizes relative to the issue's")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser.add_argument("--source", metavar="TREE",
+                        help="run the server from this checkout, e.g. an older commit's worktree (without it: "
+                             "this checkout)")
+    parser.add_argument("--only", nargs="*", choices=sorted(ATTACKS), metavar="NAME",
+                        help=f"run these attacks only (of {', '.join(sorted(ATTACKS))}; without it: all of them)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="attack sizes as a multiple of the issue's (0.1: a tenth of the connections, frames, "
+                             "lists)")
     args = parser.parse_args(argv)
     for name in args.only or ATTACKS:
         print(run(name, args.scale, source=args.source).line(), flush=True)  # noqa: T201 - a report

@@ -26,6 +26,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cli_help import HelpFormatter  # noqa: E402
 from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
 from namesrv.channel import Channel  # noqa: E402
 from namesrv.config import NamesrvConfig  # noqa: E402
@@ -97,9 +98,10 @@ def compare(name: str, with_it: Callable[[], float], without: Callable[[], float
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--leg-seconds", type=float, default=0.5)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="legs with and legs without each cache, alternating (medians over them)")
+    parser.add_argument("--leg-seconds", type=float, default=0.5, help="measured seconds per leg")
     args = parser.parse_args(argv)
     fleet = FleetShape(brokers=1, topics_per_broker=100, queues_per_topic=8, clusters=1, slaves_per_master=0)
     leg = args.leg_seconds

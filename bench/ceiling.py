@@ -15,6 +15,7 @@ import sys
 
 import zmq
 
+from bench.cli_help import HelpFormatter
 from namesrv.fastpath import split_frames
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH
 from namesrv.errors import ProtocolError
@@ -57,9 +58,11 @@ def serve(sock: zmq.Socket, stop: list[bool]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.ceiling", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser = argparse.ArgumentParser(prog="bench.ceiling", description=__doc__.split("\n\n")[0],
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=0,
+                        help="TCP port to listen on (0 picks a free one; the address is printed)")
     args = parser.parse_args(argv)
     context = zmq.Context()
     sock = context.socket(zmq.STREAM)

@@ -15,6 +15,10 @@ Route-change push: --subscribers N connections (in processes of their own) subsc
 --subscriber-topics topics each, and every --flap-period seconds a broker closes its connection
 and registers again half a period later (bench/storm/flaps.py); how long each change takes to
 reach each subscriber is recorded as `propagation` (bench/storm/subscriber.py).
+
+Ctrl-C ends the run gracefully: the workers stop sending at that moment, late answers are waited
+for briefly, and the run directory keeps what was measured, marked `"partial": true` with the
+measured seconds as its duration (a second Ctrl-C abandons it).
 """
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` imp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import namesrv  # noqa: E402
+from bench.cli_help import HelpFormatter  # noqa: E402
 from bench.storm.fleet import HEARTBEAT, REGISTER, ROUTE, ROUTE_CHANGED, FleetShape  # noqa: E402
 from bench.storm.flaps import MIN_PERIOD_S, FlapSchedule, new_change_times  # noqa: E402
 from bench.storm.hdr import new_histogram  # noqa: E402
@@ -70,6 +75,8 @@ MAX_DURATION_S = 3600.0
 MAX_WARMUP_S = 600.0
 #: Subscribers are connections of this host's generator: mind `ulimit -n` (and the server's maxConnections).
 MAX_SUBSCRIBERS = 20_000
+#: Exit status after Ctrl-C (128 + SIGINT, as shells report it), also when the partial run was kept.
+INTERRUPTED = 130
 
 
 @dataclass
@@ -157,6 +164,11 @@ class StormResult:
     summary: list[dict]
     #: meta.json's "propagation": the route-change subscribers' view, None without subscribers and flaps.
     propagation: dict | None = None
+    #: Cut short by Ctrl-C: `duration_s` is the part measured before it.
+    partial: bool = False
+    duration_s: float = 0.0
+    #: The measured window's resource samples (process, t, cpu_percent, rss_bytes, ...), as resources.parquet.
+    resources: list[dict] = field(default_factory=list)
 
 
 def run_storm(settings: StormSettings) -> StormResult:
@@ -192,7 +204,8 @@ def _storm(settings: StormSettings) -> StormResult:
     messages = context.Queue()
     go, stop = context.Event(), context.Event()
     start_value = context.Value("q", 0)
-    processes = [context.Process(target=worker_main, args=(plan, messages, go, start_value, changed_at),
+    cut = context.Value("q", 0)
+    processes = [context.Process(target=worker_main, args=(plan, messages, go, start_value, changed_at, cut),
                                  name=f"storm-worker-{plan.index}", daemon=True)
                  for plan in _plans(settings, host, port, flaps)]
     topics = choose_topics(settings.fleet, settings.subscribers, settings.subscriber_topics, settings.seed)
@@ -228,7 +241,7 @@ def _storm(settings: StormSettings) -> StormResult:
             timed_scrapes.append(threading.Timer(delay, lambda name=name: scrapes.update(
                 {name: _scrape(settings.metrics_url)})))
             timed_scrapes[-1].start()
-        done, finished = _collect(settings, run, messages, processes, listeners, stop, measure_start_ns)
+        done, finished = _collect(settings, run, messages, processes, listeners, stop, measure_start_ns, cut)
     finally:
         stop.set()
         for timer in timed_scrapes:
@@ -247,14 +260,19 @@ def _storm(settings: StormSettings) -> StormResult:
         scrapes = {"metrics-start.prom": None, "metrics-end.prom": None}
     scrapes.setdefault("metrics-start.prom", "not scraped: the run ended before its measured window began")
     scrapes.setdefault("metrics-end.prom", _scrape(settings.metrics_url))
-    summary = summarize(run, settings.duration_s)
+    measured_s = settings.duration_s
+    if cut.value:
+        measured_s = min(settings.duration_s, max(0.0, (cut.value - measure_start_ns) / SECOND))
+        if measured_s <= 0:
+            raise KeyboardInterrupt("interrupted before the measured window began: nothing was measured")
+    summary = summarize(run, measured_s)
     propagation = summarize_propagation(run, settings, flaps, changed_at, topics, finished, subscription_answers)
     meta = {
         "tool": "bench/heartbeat_storm.py",
         "started_at": datetime.fromtimestamp(start_epoch_s, timezone.utc).isoformat(timespec="milliseconds"),
         "start_epoch_s": start_epoch_s,
-        "mode": settings.mode, "duration_s": settings.duration_s, "warmup_s": settings.warmup_s,
-        "drain_s": settings.drain_s,
+        "mode": settings.mode, "duration_s": measured_s, "warmup_s": settings.warmup_s,
+        "drain_s": settings.drain_s, "partial": bool(cut.value), "planned_duration_s": settings.duration_s,
         "load": {"workers": settings.workers, "connections_per_worker": settings.connections,
                  "in_flight_per_connection": settings.in_flight if settings.mode == "closed" else None,
                  "rates_per_s" if settings.mode == "open" else "weights":
@@ -278,7 +296,7 @@ def _storm(settings: StormSettings) -> StormResult:
     for name, text in scrapes.items():
         if isinstance(text, bytes):
             (run_dir / name).write_bytes(text)
-    return StormResult(run_dir, summary, propagation)
+    return StormResult(run_dir, summary, propagation, bool(cut.value), measured_s, run.resource_rows())
 
 
 def _scrape(url: str | None) -> bytes | str | None:
@@ -356,9 +374,11 @@ def _next_message(messages, deadline: float, processes) -> tuple:
 
 
 def _collect(settings: StormSettings, run: RunRecorder, messages, workers, listeners, stop,
-             measure_start_ns: int) -> tuple[list[dict], list[dict]]:
+             measure_start_ns: int, cut) -> tuple[list[dict], list[dict]]:
     """Merge deltas until every worker is done, then end the subscribers (`stop`: no change is coming)
-    and merge theirs; drive the progress bar meanwhile. The workers' and subscriber processes' reports."""
+    and merge theirs; drive the progress bar meanwhile. The workers' and subscriber processes' reports.
+
+    The first Ctrl-C moves the end to now (`cut`): the workers finish early and report as usual."""
     total_s = settings.warmup_s + settings.duration_s
     deadline = time.monotonic() + total_s + settings.drain_s + 60
     processes = workers + listeners
@@ -370,7 +390,16 @@ def _collect(settings: StormSettings, run: RunRecorder, messages, workers, liste
     shown_second = -int(settings.warmup_s)
     try:
         while len(done) < len(workers) or len(finished) < len(listeners):
-            kind, _, payload = _next_message(messages, deadline, processes)
+            try:
+                kind, _, payload = _next_message(messages, deadline, processes)
+            except KeyboardInterrupt:
+                if cut.value:
+                    raise
+                cut.value = time.monotonic_ns()
+                deadline = time.monotonic() + 30
+                bar.write("interrupted: ending the run now and keeping what was measured (Ctrl-C again abandons it)",
+                          file=sys.stderr)
+                continue
             if kind == "delta":
                 payload.apply_to(run)
                 sent_this_second += payload.sent
@@ -409,11 +438,13 @@ def _progress_text(run: RunRecorder, interval: int, sent: int) -> str:
 
 
 def summarize(run: RunRecorder, duration_s: float) -> list[dict]:
-    """Per request code: throughput and percentiles of the merged run histogram, errors."""
+    """Per request code: throughput and percentiles of the merged run histogram, errors. A code sent
+    in the window but never answered (say every connection was closed) has a row too: all errors,
+    no percentiles."""
     counts = run.response_counts()
     rows = []
     everything = new_histogram()
-    for code in run.request_codes():
+    for code in sorted(set(run.request_codes()) | {code for code, _ in counts}):
         histogram = run.merged("latency", code)
         everything.add(histogram)
         requests = sum(n for (c, _), n in counts.items() if c == code)
@@ -433,10 +464,12 @@ def _row(name: str, histogram, duration_s: float, requests: int, errors: int, se
             "errors": errors, "send_delay_p99_ms": None if send_delay_p99 is None else send_delay_p99 / 1000.0}
 
 
-def _milliseconds(histogram, percentiles: tuple[float, ...]) -> dict[str, float]:
-    """{"p50_ms": ..., "p99_9_ms": ..., "max_ms": ...} of a histogram of microseconds."""
-    stats = {f"p{p:g}_ms".replace(".", "_"): histogram.get_value_at_percentile(p) / 1000.0 for p in percentiles}
-    stats["max_ms"] = histogram.get_max_value() / 1000.0
+def _milliseconds(histogram, percentiles: tuple[float, ...]) -> dict[str, float | None]:
+    """{"p50_ms": ..., "p99_9_ms": ..., "max_ms": ...} of a histogram of microseconds (None when empty)."""
+    empty = not histogram.get_total_count()
+    stats = {f"p{p:g}_ms".replace(".", "_"): None if empty else histogram.get_value_at_percentile(p) / 1000.0
+             for p in percentiles}
+    stats["max_ms"] = None if empty else histogram.get_max_value() / 1000.0
     return stats
 
 
@@ -476,13 +509,18 @@ def format_summary(rows: list[dict]) -> str:
              f"{'max ms':>9}{'errors':>8}"
     lines = [header]
     for row in rows:
-        lines.append(f"{row['request']:<24}{row['answered']:>10}{row['throughput_per_s']:>10.0f}{row['p50_ms']:>9.3f}"
-                     f"{row['p99_ms']:>9.3f}{row['p99_9_ms']:>10.3f}{row['max_ms']:>9.3f}{row['errors']:>8}")
+        lines.append(f"{row['request']:<24}{row['answered']:>10}{row['throughput_per_s']:>10.0f}"
+                     f"{_cell(row['p50_ms'], 9)}{_cell(row['p99_ms'], 9)}{_cell(row['p99_9_ms'], 10)}"
+                     f"{_cell(row['max_ms'], 9)}{row['errors']:>8}")
     delays = [row["send_delay_p99_ms"] for row in rows if row["send_delay_p99_ms"] is not None]
     if delays and max(delays) * 1000 > SEND_DELAY_WARNING_US:
         lines.append(f"note: the generator sent up to {max(delays):.1f} ms late (send delay p99): the latencies above "
                      "include that lag (CPU contention on this host, or too few --workers)")
     return "\n".join(lines)
+
+
+def _cell(milliseconds: float | None, width: int) -> str:
+    return f"{'–':>{width}}" if milliseconds is None else f"{milliseconds:>{width}.3f}"
 
 
 def format_propagation(propagation: dict | None) -> str:
@@ -540,7 +578,7 @@ def _host_meta(load_before: tuple[float, float, float]) -> dict:
 def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     """The storm's options (sweep.py reuses them as a parent parser)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=add_help,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     defaults = FleetShape()
     target = parser.add_argument_group("target and run")
     target.add_argument("--address", default="127.0.0.1:9876", help="NameServer host:port")
@@ -551,8 +589,11 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     target.add_argument("--server-set", action="append", default=[], metavar="KEY=VALUE",
                         help="with --launch: a namesrv config override (repeatable)")
     target.add_argument("--allow-remote", action="store_true", help="allow a non-loopback target")
-    target.add_argument("--server-pid", type=int, help="pid to sample (default: whoever listens on the port)")
-    target.add_argument("--mode", choices=("open", "closed"), default="open")
+    target.add_argument("--server-pid", type=int, help="pid whose CPU and RSS are sampled (when absent: whoever "
+                        "listens on the port)")
+    target.add_argument("--mode", choices=("open", "closed"), default="open",
+                        help="open: each request kind at its fleet rate, latency from the intended send time; "
+                        "closed: --in-flight requests per connection, as fast as answered")
     target.add_argument("--duration", type=float, default=30.0, help="measured seconds")
     target.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds before")
     target.add_argument("--drain", type=float, default=5.0, help="seconds to wait for late answers")
@@ -562,20 +603,23 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     target.add_argument("--in-flight", type=int, default=32, help="closed loop: requests in flight per connection")
     target.add_argument("--max-requests", type=int, default=20_000_000, help="hard cap on requests sent")
     target.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where the run directory goes")
-    target.add_argument("--run-id", help="run directory name (default: storm-<time>-<random>)")
-    target.add_argument("--seed", type=int, default=1)
+    target.add_argument("--run-id", help="run directory name (when absent: storm-<time>-<random>)")
+    target.add_argument("--seed", type=int, default=1, help="seed of the random topic choices and churn")
     target.add_argument("--no-progress", action="store_true", help="no progress bar")
     fleet = parser.add_argument_group("fleet shape")
     fleet.add_argument("--brokers", type=int, default=defaults.brokers, help="brokers, masters and slaves")
-    fleet.add_argument("--slaves-per-master", type=int, default=defaults.slaves_per_master)
+    fleet.add_argument("--slaves-per-master", type=int, default=defaults.slaves_per_master,
+                       help="slaves in each broker group beside its master")
     fleet.add_argument("--topics", type=int, default=defaults.topics_per_broker, help="topics per broker")
     fleet.add_argument("--queues", type=int, default=defaults.queues_per_topic, help="queues per topic")
-    fleet.add_argument("--clusters", type=int, default=defaults.clusters)
+    fleet.add_argument("--clusters", type=int, default=defaults.clusters,
+                       help="clusters the broker groups are spread over; each has its own topics")
     fleet.add_argument("--register-period", type=float, default=defaults.register_period_s,
                        help="seconds between a broker's registrations (RocketMQ: 30; 0 = off)")
     fleet.add_argument("--heartbeat-period", type=float, default=defaults.heartbeat_period_s,
                        help="seconds between a broker's BROKER_HEARTBEATs (acting master: 1; 0 = off)")
-    fleet.add_argument("--route-clients", type=int, default=defaults.route_clients)
+    fleet.add_argument("--route-clients", type=int, default=defaults.route_clients,
+                       help="producers/consumers asking for routes (GET_ROUTEINFO_BY_TOPIC)")
     fleet.add_argument("--route-poll-period", type=float, default=defaults.route_poll_period_s,
                        help="seconds between a client's route queries (RocketMQ: 30; 0 = off)")
     fleet.add_argument("--register-churn", type=float, default=defaults.register_churn,
@@ -631,11 +675,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ConnectionError, NamesrvStartError) as exc:
         print(f"heartbeat_storm: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        print(f"heartbeat_storm: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
+        return INTERRUPTED
     print(format_summary(result.summary))
     if result.propagation is not None:
         print(format_propagation(result.propagation))
+    if result.partial:
+        print(f"partial run (Ctrl-C): {result.duration_s:.1f} s of {settings.duration_s:g} s measured and kept")
     print(f"run directory: {result.run_dir}")
-    return 0
+    return INTERRUPTED if result.partial else 0
 
 
 if __name__ == "__main__":

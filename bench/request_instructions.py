@@ -33,6 +33,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cli_help import HelpFormatter  # noqa: E402
 from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
 from namesrv.protocol import DataVersion  # noqa: E402
 
@@ -109,10 +110,13 @@ def per_request(tree: Path, frames_file: Path, count: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--against", type=Path, help="another checkout (its extension built) to compare with")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser.add_argument("--against", type=Path, metavar="TREE",
+                        help="another checkout (its extension built) to compare with, ratio new/other (without it: "
+                             "this checkout only)")
     parser.add_argument("--requests", type=int, default=400, help="requests counted per workload")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated workloads to count, in order (of {', '.join(WORKLOADS)})")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed (Debian: apt-get install -y valgrind)")

@@ -31,6 +31,7 @@ import psutil
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cli_help import HelpFormatter  # noqa: E402
 from namesrv.fastpath import split_frames  # noqa: E402
 from namesrv.launcher import NamesrvProcess  # noqa: E402
 from namesrv.protocol import (DataVersion, RegisterBrokerBody, RemotingCommand, RequestCode,  # noqa: E402
@@ -166,10 +167,13 @@ def report(name: str, result: dict[str, object], subscribers: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--subscribers", type=int, default=1000)
-    parser.add_argument("--all-topics", type=int, default=10_000)
-    parser.add_argument("--scenarios", default="leave,all")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser.add_argument("--subscribers", type=int, default=1000,
+                        help="subscriber connections waiting for route-change pushes")
+    parser.add_argument("--all-topics", type=int, default=10_000,
+                        help="topics of the departing broker in the 'all' scenario (every subscriber has them all)")
+    parser.add_argument("--scenarios", default="leave,all",
+                        help="comma-separated scenarios to run, in order (of leave, all; each on a fresh server)")
     args = parser.parse_args(argv)
     for scenario in args.scenarios.split(","):
         with NamesrvProcess({"zmqListenAddress": "", "maxConnections": args.subscribers + 100}) as server:

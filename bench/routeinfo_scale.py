@@ -23,13 +23,18 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import psutil
 
-from namesrv.channel import Channel
+if __package__ in (None, ""):  # run as a script: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.cli_help import HelpFormatter  # noqa: E402
+from namesrv.channel import Channel  # noqa: E402
 from namesrv.config import NamesrvConfig
 from namesrv.fastpath import IMPLEMENTATION, body_crc32
 from namesrv.kvconfig import KVConfigManager
@@ -84,10 +89,12 @@ def timed(label: str, action, count: int = 1) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--brokers", type=int, default=300)
-    parser.add_argument("--topics", type=int, default=10_000, help="topics per broker")
-    parser.add_argument("--brokers-per-cluster", type=int, default=30)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser.add_argument("--brokers", type=int, default=300, help="master brokers registered")
+    parser.add_argument("--topics", type=int, default=10_000, help="topics per broker (and per cluster)")
+    parser.add_argument("--brokers-per-cluster", type=int, default=30,
+                        help="brokers per cluster, all serving the cluster's topics (equal to --brokers: the worst "
+                             "case for route size)")
     parser.add_argument("--query-topics", type=int, default=20_000, help="distinct topics queried")
     args = parser.parse_args()
     clusters = -(-args.brokers // args.brokers_per_cluster)

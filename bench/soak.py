@@ -36,6 +36,7 @@ import psutil
 if __package__ in (None, ""):  # run as a script: make `namesrv` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cli_help import HelpFormatter  # noqa: E402
 from namesrv.client import AsyncRemotingClient, RemotingError  # noqa: E402
 from namesrv.launcher import NamesrvProcess  # noqa: E402
 from namesrv.protocol import RemotingCommand, RequestCode, ResponseCode  # noqa: E402
@@ -377,8 +378,8 @@ def report(result: dict[str, object]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=2.0, help=f"duration (at most {MAX_MINUTES})")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser.add_argument("--minutes", type=float, default=2.0, help=f"duration in minutes (at most {MAX_MINUTES})")
     parser.add_argument("--brokers", type=int, default=6, help="simulated broker processes kept alive")
     parser.add_argument("--rate", type=int, default=200, help="requests per second of the load stream")
     parser.add_argument("--fault-every", type=float, default=5.0, help="seconds between faults")
@@ -387,8 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-every", type=float, default=2.0, help="seconds between RSS samples")
     parser.add_argument("--faults", default=",".join(FAULTS),
                         help=f"comma-separated fault kinds to inject (of {', '.join(FAULTS)}; empty: none)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the fault schedule's random choices (which broker is killed, the garbage "
+                             "bytes), for a repeatable run")
+    parser.add_argument("--json", metavar="FILE",
+                        help="also write the result as JSON to this file (without it: printed only)")
     args = parser.parse_args(argv)
     if not 0 < args.minutes <= MAX_MINUTES:
         parser.error(f"--minutes must be in (0, {MAX_MINUTES}]")

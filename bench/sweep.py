@@ -1,15 +1,21 @@
-"""Thread-setting sweep: the heartbeat storm over a grid of server settings, a fresh server per point.
+"""Thread-setting sweep: every grid point of server settings at a load that means something, a fresh server each.
 
     python bench/sweep.py --grid serverSelectorThreads=1,3 --grid defaultThreadPoolNums=4,16 \
-        --grid clientRequestThreadPoolNums=2,8 --duration 20 --route-clients 4000 --route-poll-period 1 --report
+        --brokers 128 --topics 200 --route-clients 5000 --route-poll-period 1 --report
 
 Every point gets its own namesrv (namesrv.launcher, free port on 127.0.0.1) started with the
-point's settings, one storm of the same fleet shape and load, and its own run directory under
-the sweep directory; `--repeat N` runs the whole grid N times, round after round, so slow drifts
-of a shared host spread over all points; `--report` then builds the Spark report (table +
-heatmaps by setting, repeated runs of a point merged).
-Any namesrv config key can be a grid axis (e.g. a worker-process count once the server has one).
-All storm options apply to every point; --address and --launch are ignored (a sweep always launches).
+point's settings. By default each point runs its own saturation search (bench/saturation.py: the
+offered load doubles, then bisects, until the latency SLO breaks) and the points are compared by
+their knees; with --rate R every point instead runs one open-loop storm at R requests/s (pick a
+rate near the knee: at a rate every setting handles easily, the settings all look the same) and
+the points are compared by their worst request kind's latency at the SLO percentile.
+
+"Best" is computed once, by bench/storm/verdict.choose_best, on the command line and in the Spark
+report alike; it is withheld, with the reason, when the points are not comparable (a point's knee
+was bounded by the generator, too few samples for the percentile, a run cut short) or when they
+are within this host's run-to-run spread (10 %). `--repeat N` runs the whole grid N times, round
+after round, so slow drifts of a shared host spread over all points, and a point counts as good as
+its worst repeat. Any namesrv config key can be a grid axis (e.g. workerProcesses).
 """
 from __future__ import annotations
 
@@ -18,7 +24,6 @@ import itertools
 import json
 import logging
 import re
-import statistics
 import sys
 import time
 from dataclasses import replace
@@ -28,14 +33,14 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` imp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import spark_report  # noqa: E402
-from bench.heartbeat_storm import (  # noqa: E402
-    StormResult,
-    build_parser,
-    parse_overrides,
-    run_storm,
-    settings_from_args,
-)
+from bench.cli_help import HelpFormatter  # noqa: E402
+from bench.heartbeat_storm import INTERRUPTED, StormSettings, build_parser, parse_overrides, run_storm, \
+    settings_from_args  # noqa: E402
+from bench.saturation import Target, add_search_arguments, describe, plan_from_args, scaled_fleet, search_all, \
+    slo_from_args  # noqa: E402
+from bench.storm.verdict import Best, Candidate, Slo, choose_best, judge, step_facts  # noqa: E402
 from namesrv.config import NamesrvConfig  # noqa: E402
+from namesrv.launcher import NamesrvProcess, NamesrvStartError  # noqa: E402
 
 log = logging.getLogger("sweep")
 
@@ -81,70 +86,125 @@ def _initials(key: str) -> str:
     return (key[0] + "".join(c for c in key[1:] if c.isupper())).lower()
 
 
-def run_sweep(args: argparse.Namespace) -> tuple[Path, list[tuple[dict[str, str], StormResult]]]:
+def run_sweep(args: argparse.Namespace) -> tuple[Path, list[dict], Best]:
+    """Run every point (round after round); one record per run, and the best point by the shared rule."""
     grid = parse_grid(args.grid)
     points = grid_points(grid)
     fixed = parse_overrides(args.server_set)
     overlap = set(fixed) & set(grid)
     if overlap:
         raise ValueError(f"{sorted(overlap)} are both swept and fixed with --server-set")
-    sweep_dir = args.sweep_dir or Path("runs") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     if not 1 <= args.repeat <= 10:
         raise ValueError("--repeat must be 1..10")
     if len(points) * args.repeat > MAX_POINTS:
         raise ValueError(f"{len(points)} points × {args.repeat} repeats is over {MAX_POINTS} runs")
-    base = settings_from_args(args)
-    results = []
+    base = replace(settings_from_args(args), progress=False)
+    slo = slo_from_args(args)
+    plan = plan_from_args(args, base) if args.rate is None else None
+    if args.rate is not None and not args.rate > 0:
+        raise ValueError("--rate must be > 0 requests/s")
+    sweep_dir = args.sweep_dir or Path("runs") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    records: list[dict] = []
     runs = [(round_, index, point) for round_ in range(args.repeat) for index, point in enumerate(points)]
-    for number, (round_, index, point) in enumerate(runs, start=1):
-        print(f"[{number}/{len(runs)}] {' '.join(f'{k}={v}' for k, v in point.items())}", flush=True)
-        run_id = point_id(index, point) + (f"-r{round_ + 1}" if args.repeat > 1 else "")
-        settings = replace(base, runs_dir=sweep_dir, run_id=run_id, launch={**fixed, **point},
-                           extra_meta={"sweep": {"dir": str(sweep_dir), "keys": list(grid), "grid": grid,
-                                                 "point": point, "index": index, "points": len(points),
-                                                 "round": round_ + 1, "repeat": args.repeat}})
-        results.append((point, run_storm(settings)))
+    try:
+        for number, (round_, index, point) in enumerate(runs, start=1):
+            label = " ".join(f"{k}={v}" for k, v in point.items())
+            print(f"[{number}/{len(runs)}] {label}", flush=True)
+            run_id = point_id(index, point) + (f"-r{round_ + 1}" if args.repeat > 1 else "")
+            sweep_meta = {"dir": str(sweep_dir), "keys": list(grid), "grid": grid, "point": point, "index": index,
+                          "points": len(points), "round": round_ + 1, "repeat": args.repeat, "slo": slo.describe(),
+                          "load": "search" if args.rate is None else {"rate_per_s": args.rate}}
+            settings = replace(base, runs_dir=sweep_dir, extra_meta={**base.extra_meta, "sweep": sweep_meta})
+            if plan is None:
+                records.append(_fixed_load_run(label, point, run_id, settings, {**fixed, **point}, args.rate, slo))
+            else:
+                records.append(_search_run(label, point, run_id, settings, {**fixed, **point}, plan, slo,
+                                           args.prime))
+            if records[-1].get("stopped"):
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        print("interrupted: the points run so far are kept", flush=True)
+    best = choose_best(candidates(records), slo)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "sweep.json").write_text(json.dumps(
-        [{"point": point, "run_dir": str(result.run_dir), "summary": result.summary} for point, result in results],
-        indent=2) + "\n", encoding="utf-8")
-    return sweep_dir, results
+        {"slo": slo.describe(), "load": "search" if args.rate is None else {"rate_per_s": args.rate},
+         "runs": [{k: v for k, v in record.items() if not k.startswith("_")} for record in records],
+         "complete": len(records) == len(runs),
+         "best": {"label": best.label, "score": best.score, "reason": best.reason}}, indent=2) + "\n",
+        encoding="utf-8")
+    return sweep_dir, records, best
 
 
-def format_results(results: list[tuple[dict[str, str], StormResult]], mode: str) -> str:
-    """One line per run, then the winner over each point's runs: highest mean throughput (closed
-    loop) or, at the same offered load (open loop), the lowest worst p99 of its runs. (The Spark
-    report merges repeated runs' histograms exactly; this quick ranking only compares runs.)"""
+def _fixed_load_run(label: str, point: dict[str, str], run_id: str, settings: StormSettings,
+                    overrides: dict[str, str], rate: float, slo: Slo) -> dict:
+    """One storm at `rate` against a fresh server with the point's settings, judged."""
+    result = run_storm(replace(settings, run_id=run_id, launch=overrides, fleet=scaled_fleet(settings.fleet, rate)))
+    facts = step_facts(result.summary, result.resources, offered_per_s=rate, duration_s=result.duration_s,
+                       workers=settings.workers, slo=slo, partial=result.partial)
+    verdict = judge(facts, slo)
+    return {"point": point, "label": label, "run_dir": str(result.run_dir), "summary": result.summary,
+            "met": verdict.met, "reasons": list(verdict.reasons), "generator_limited": verdict.generator_limited,
+            "stopped": "interrupted (Ctrl-C)" if result.partial else None, "_facts": (facts, verdict)}
+
+
+def _search_run(label: str, point: dict[str, str], run_id: str, settings: StormSettings, overrides: dict[str, str],
+                plan, slo: Slo, prime_s: float) -> dict:
+    """A saturation search against a fresh server with the point's settings; its steps land in sweep_dir/run_id."""
+    with NamesrvProcess(overrides) as server:
+        metrics = None if server.http_url is None else server.http_url + "/metrics"
+        target = Target(run_id, "namesrv", server.address, server.pid, metrics)
+        search, = search_all([target], replace(settings, launch=None), plan, slo, settings.runs_dir, prime_s)
+    result = describe(search, target)
+    return {"point": point, "label": label, "search_dir": str(settings.runs_dir / run_id), "knee": result["knee"],
+            "steps": result["steps"], "stopped": search.stopped, "_knee": search.knee()}
+
+
+def candidates(records: list[dict]) -> list[Candidate]:
+    """The records grouped by point label, as verdict.choose_best takes them."""
+    by_label: dict[str, list[dict]] = {}
+    for record in records:
+        by_label.setdefault(record["label"], []).append(record)
+    return [Candidate(label, runs=tuple(r["_facts"] for r in group if "_facts" in r),
+                      knees=tuple(r["_knee"] for r in group if "_knee" in r))
+            for label, group in by_label.items()]
+
+
+def format_results(records: list[dict], best: Best) -> str:
+    """One line per run (its knee, or its latency at the fixed load), then the shared rule's answer."""
     lines = []
-    by_point: dict[str, list[dict]] = {}
-    for point, result in results:
-        rows = {row["request"]: row for row in result.summary}
-        total = rows.get("ALL") or next(iter(rows.values()))
-        p99s = ", ".join(f"{name} p99 {row['p99_ms']:.2f} ms" for name, row in rows.items() if name != "ALL")
-        label = " ".join(f"{k}={v}" for k, v in point.items())
-        lines.append(f"{label}: {total['throughput_per_s']:,.0f} req/s ({p99s}), errors {total['errors']}")
-        by_point.setdefault(label, []).append(total)
-    if by_point and mode == "closed":
-        label, totals = max(by_point.items(), key=lambda item: statistics.mean(t["throughput_per_s"] for t in item[1]))
-        lines.append(f"best (highest throughput): {label} "
-                     f"({statistics.mean(t['throughput_per_s'] for t in totals):,.0f} req/s over {len(totals)} run(s))")
-    elif by_point:
-        label, totals = min(by_point.items(), key=lambda item: (sum(t["errors"] for t in item[1]),
-                                                                max(t["p99_ms"] for t in item[1])))
-        lines.append(f"best (lowest p99 at the offered load): {label} "
-                     f"(worst p99 {max(t['p99_ms'] for t in totals):.2f} ms over {len(totals)} run(s))")
+    for record in records:
+        if "knee" in record:
+            knee = record["knee"]
+            rate = "none" if knee["offered_per_s"] is None else f"{knee['offered_per_s']:,.0f}/s"
+            lines.append(f"{record['label']}: knee {rate} ({knee['bound']}: {knee['note']})")
+        else:
+            rows = {row["request"]: row for row in record["summary"] if row["request"] != "ALL"}
+            p99s = ", ".join(f"{name} p99 " + ("unanswered" if row["p99_ms"] is None else f"{row['p99_ms']:.2f} ms")
+                             for name, row in rows.items())
+            verdict = "met the SLO" if record["met"] else "missed: " + "; ".join(record["reasons"])
+            lines.append(f"{record['label']}: {p99s}; {verdict}")
+    if best.label is None:
+        lines.append(f"no best setting named: {best.reason}")
+    else:
+        lines.append(f"best: {best.label} ({best.reason})")
     return "\n".join(lines)
 
 
 def build_sweep_parser() -> argparse.ArgumentParser:
-    """The storm's options plus the grid."""
+    """The storm's options, the SLO and search plan, plus the grid."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], parents=[build_parser(add_help=False)],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                        help=f"a swept namesrv setting (repeatable; default {DEFAULT_GRID})")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="runs per point, interleaved round by round (noisy hosts; the report merges them)")
-    parser.add_argument("--sweep-dir", type=Path, help="where the run directories go (default runs/sweep-<time>)")
-    parser.add_argument("--report", action="store_true", help="build the Spark report over the sweep at the end")
+                                     formatter_class=HelpFormatter)
+    add_search_arguments(parser)
+    grid = parser.add_argument_group("grid")
+    grid.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                      help=f"a swept namesrv setting (repeatable; when absent: {DEFAULT_GRID})")
+    grid.add_argument("--rate", type=float,
+                      help="every point runs one storm at this many requests/s instead of a saturation search "
+                      "(when absent: each point searches for its knee)")
+    grid.add_argument("--repeat", type=int, default=1,
+                      help="runs per point, interleaved round by round (a point counts as good as its worst run)")
+    grid.add_argument("--sweep-dir", type=Path, help="where the run directories go (when absent: runs/sweep-<time>)")
+    grid.add_argument("--report", action="store_true", help="build the Spark report over the sweep at the end")
     return parser
 
 
@@ -152,17 +212,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_sweep_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        sweep_dir, results = run_sweep(args)
-    except ValueError as exc:
+        sweep_dir, records, best = run_sweep(args)
+    except (ValueError, NamesrvStartError) as exc:
         print(f"sweep: {exc}", file=sys.stderr)
         return 2
-    print(format_results(results, args.mode))
+    print(format_results(records, best))
     print(f"sweep directory: {sweep_dir}")
-    if args.report:
-        report = spark_report.report_with_own_session(None, [str(r.run_dir) for _, r in results],
-                                                      sweep_dir / "report", "namesrv thread-setting sweep")
+    if args.report and records:
+        report = spark_report.report_with_own_session(None, [str(sweep_dir)], sweep_dir / "report",
+                                                      "namesrv thread-setting sweep")
         print(f"report: {report}")
-    return 0
+    return INTERRUPTED if any(r.get("stopped") for r in records) or len(records) < args.repeat * len(
+        grid_points(parse_grid(args.grid))) else 0
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ import psutil
 if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cli_help import HelpFormatter  # noqa: E402
 from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
 from namesrv.fastpath import split_frames  # noqa: E402
 from namesrv.launcher import NamesrvProcess  # noqa: E402
@@ -328,19 +329,26 @@ def leg_order(workload_index: int, round_index: int) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.throughput", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}")
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated workloads to run, in order (of {', '.join(WORKLOADS)})")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds per workload, one leg per server each, in ABBA order (medians over them)")
-    parser.add_argument("--leg-seconds", type=float, default=3.0, help="measured seconds per leg")
-    parser.add_argument("--warmup-seconds", type=float, default=0.5, help="unmeasured seconds at the start of a leg")
-    parser.add_argument("--generators", type=int, default=1, help="load-generator processes per leg")
-    parser.add_argument("--serialize", choices=("json", "rocketmq"), default="json", help="request header codec")
-    parser.add_argument("--ceiling", metavar="HOST:PORT", help="use a running bench.ceiling instead of starting one")
-    parser.add_argument("--namesrv", metavar="HOST:PORT", help="use a running namesrv instead of starting one")
+                        help="rounds per workload, one leg per server each, in ABBA order (medians over them); 1..20")
+    parser.add_argument("--leg-seconds", type=float, default=3.0, help="measured seconds per leg; 0.5..60")
+    parser.add_argument("--warmup-seconds", type=float, default=0.5,
+                        help="unmeasured seconds at the start of a leg, before the measured ones")
+    parser.add_argument("--generators", type=int, default=1, help="load-generator processes per leg; 1..8")
+    parser.add_argument("--serialize", choices=("json", "rocketmq"), default="json",
+                        help="request header codec of every request sent")
+    parser.add_argument("--ceiling", metavar="HOST:PORT",
+                        help="use a running bench.ceiling at this address (without it: a fresh one is started)")
+    parser.add_argument("--namesrv", metavar="HOST:PORT",
+                        help="use a running namesrv at this address (without it: a fresh one is started)")
     parser.add_argument("--namesrv-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="configuration override for the namesrv started here (repeatable)")
-    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+                        help="configuration override for the namesrv started here (repeatable; without it: "
+                             "the server's defaults)")
+    parser.add_argument("--json", metavar="FILE",
+                        help="also write the results as JSON to this file (without it: printed only)")
     args = parser.parse_args(argv)
     workloads = [w for w in args.workloads.split(",") if w]
     if not 1 <= args.rounds <= 20 or not 0.5 <= args.leg_seconds <= 60 or not 1 <= args.generators <= 8:

@@ -28,6 +28,7 @@ import psutil
 if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cli_help import HelpFormatter  # noqa: E402
 from bench.storm.fleet import FleetShape  # noqa: E402
 from bench.throughput import build_workload, leg_order, register_once, run_leg  # noqa: E402
 from namesrv.client.remoting import client_tls_context  # noqa: E402
@@ -112,16 +113,17 @@ def rss_per_connection(address: str, pid: int, count: int, tls: bool) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.tls", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--workloads", default="route,register-same",
                         help="comma-separated bench.throughput workloads, each run plain and over TLS")
-    parser.add_argument("--rounds", type=int, default=4, help="ABBA rounds per workload (medians over them)")
-    parser.add_argument("--leg-seconds", type=float, default=3.0, help="measured seconds per leg")
+    parser.add_argument("--rounds", type=int, default=4, help="ABBA rounds per workload (medians over them); 1..20")
+    parser.add_argument("--leg-seconds", type=float, default=3.0, help="measured seconds per leg; 0.5..60")
     parser.add_argument("--warmup-seconds", type=float, default=0.5, help="unmeasured seconds at a leg's start")
-    parser.add_argument("--handshake-clients", type=int, default=2, help="client processes doing handshakes")
-    parser.add_argument("--handshake-seconds", type=float, default=4.0, help="seconds of back-to-back handshakes")
+    parser.add_argument("--handshake-clients", type=int, default=2, help="client processes doing handshakes; 1..8")
+    parser.add_argument("--handshake-seconds", type=float, default=4.0,
+                        help="seconds of back-to-back handshakes; 0.5..60")
     parser.add_argument("--idle-connections", type=int, default=500,
-                        help="connections opened for the memory figure (each kind)")
+                        help="connections opened for the memory figure (each kind: plain, then TLS); 1..5000")
     args = parser.parse_args(argv)
     if not 1 <= args.rounds <= 20 or not 0.5 <= args.leg_seconds <= 60 or not 1 <= args.handshake_clients <= 8 \
             or not 0.5 <= args.handshake_seconds <= 60 or not 1 <= args.idle_connections <= 5000:

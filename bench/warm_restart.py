@@ -37,6 +37,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cli_help import HelpFormatter  # noqa: E402
 from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
 from namesrv.fastpath import split_frames  # noqa: E402
 from namesrv.launcher import NamesrvProcess  # noqa: E402
@@ -185,13 +186,15 @@ def one_mode(warm: bool, fleet: FleetShape, registrations: list[bytes], routes: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--brokers", type=int, default=300)
-    parser.add_argument("--topics", type=int, default=1000)
-    parser.add_argument("--clusters", type=int, help="clusters (brokers of one share its topics); default: brokers")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser.add_argument("--brokers", type=int, default=300, help="brokers registered before the restart")
+    parser.add_argument("--topics", type=int, default=1000, help="topics per broker")
+    parser.add_argument("--clusters", type=int,
+                        help="clusters (brokers of one share its topics; without it: one per broker)")
     parser.add_argument("--register-period", type=float, default=30.0,
                         help="seconds over which the fleet registers again after the restart")
-    parser.add_argument("--modes", default="warm,cold")
+    parser.add_argument("--modes", default="warm,cold",
+                        help="comma-separated restarts to measure, in order (warm: routeSnapshotEnable; cold: without)")
     args = parser.parse_args(argv)
     fleet = FleetShape(brokers=args.brokers, slaves_per_master=0, topics_per_broker=args.topics,
                        clusters=args.clusters or args.brokers)

@@ -27,6 +27,7 @@ import psutil
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cli_help import HelpFormatter  # noqa: E402
 from bench.storm.fleet import FleetShape, register_body, register_template  # noqa: E402
 from namesrv.fastpath import split_frames  # noqa: E402
 from namesrv.launcher import NamesrvProcess  # noqa: E402
@@ -100,10 +101,12 @@ def run(address: str, frames: list[bytes], seconds: float, processes: list[psuti
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser.add_argument("--workers", type=int, default=2,
+                        help="worker processes of the namesrv (serverWorkerProcesses)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per workload")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated workloads to time, in order (of {', '.join(WORKLOADS)})")
     args = parser.parse_args(argv)
     fleet = FleetShape(brokers=1, topics_per_broker=100, queues_per_topic=8, clusters=1, slaves_per_master=0)
     server = NamesrvProcess({"serverWorkerProcesses": str(args.workers), "zmqListenAddress": ""}).start()

@@ -80,9 +80,10 @@ class NamesrvProcess:
         """Start the server and return once it serves (NamesrvStartError if it does not)."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (self._source_root, env.get("PYTHONPATH"))))
-        with open(self.log_path, "wb") as log_file:
+        with open(self.log_path, "wb") as log_file:  # a session of its own: the terminal's Ctrl-C is the caller's
             self._process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log_file,
-                                             stderr=subprocess.STDOUT, cwd=self.workdir, env=env)
+                                             stderr=subprocess.STDOUT, cwd=self.workdir, env=env,
+                                             start_new_session=True)
         deadline = time.monotonic() + self._startup_timeout
         while True:
             match = BOOT_LINE.search(self.log_text())

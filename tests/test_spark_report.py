@@ -85,6 +85,43 @@ def make_run(directory: Path, run_id: str, seed: int, point: dict[str, int], dur
     return run.write(directory / run_id, meta, start_epoch_s=1_700_000_000.0 + seed)
 
 
+#: Host facts of a storm's meta.json, as _host_meta writes them (load averages with float noise).
+HOST = {"hostname": "bench-host", "platform": "Linux", "cpu_model": "Test CPU", "cpu_count": 2,
+        "memory_bytes": 8 * 2**30, "loadavg_before": [1.2119140625, 1.0, 0.9],
+        "loadavg_after": [1.2900390625, 1.1, 1.0]}
+
+
+def make_step(directory: Path, run_id: str, *, latency_ms: float, rates: dict[str, float], duration: int = 1,
+              seed: int = 0, partial: bool = False, extra_meta: dict | None = None) -> Path:
+    """A run directory like make_run's with a controlled load: each request kind answered exactly
+    rate × duration times (nothing lost, no error), latencies uniform in [latency_ms / 2, latency_ms],
+    the generator under 50 µs late; one server and one generator process sampled each second.
+    `extra_meta` adds meta.json entries ("saturation", "sweep")."""
+    rng = random.Random(seed)
+    run = RunRecorder(run_id)
+    recorder = IntervalRecorder(0, measure_start_ns=0)
+    for name, rate in rates.items():
+        code = int(RequestCode[name])
+        count = int(rate * duration)
+        for i in range(count):
+            intended = i * duration * SECOND // count
+            recorder.sent(code, intended, intended + rng.randrange(50_000))
+            recorder.answered(code, intended, intended + int(latency_ms * 1e6 * rng.uniform(0.5, 1.0)), 0)
+    recorder.ship().apply_to(run)
+    total = sum(rates.values())
+    for second in range(1, duration + 1):
+        run.add_resource(ResourceSample(float(second), "server", 1, 30.0 + total / 100, 50_000_000 + int(total) * 1000,
+                                        3, 0, 0))
+        run.add_resource(ResourceSample(float(second), "generator", 1, 40.0, 90_000_000, 2, 0, 0))
+    meta = {"duration_s": duration, "warmup_s": 1, "mode": "open", "started_at": "2026-01-02T03:04:05.678+00:00",
+            "partial": partial, "host": HOST,
+            "server": {"address": "127.0.0.1:1", "version": "V5_3_3",
+                       "cmdline": ["python", "-m", "namesrv", "--listen", "127.0.0.1:1"] + ["--flag"] * 40},
+            "fleet": {"brokers": 8, "topics_per_broker": 20, "rates_per_s": rates},
+            "load": {"workers": 1, "connections_per_worker": 1, "rates_per_s": rates}, **(extra_meta or {})}
+    return run.write(directory / run_id, meta, start_epoch_s=1_700_000_000.0 + seed)
+
+
 def record_propagation(run: RunRecorder, latencies_us: dict[int, int], duration: int) -> None:
     recorder = IntervalRecorder(worker=0, measure_start_ns=0)
     sample = 0
@@ -233,12 +270,15 @@ def test_error_counts_come_from_responses(two_run_tables, two_runs):
 
 
 def test_duplicate_run_and_missing_meta_are_clear_errors(spark, two_runs, tmp_path):
-    with pytest.raises(ValueError, match="given twice"):
-        spark_report.load_runs(spark, [str(two_runs[0]), str(two_runs[0])])
+    same = spark_report.load_runs(spark, [str(two_runs[0]), str(two_runs[0]), str(two_runs[0].parent)])
+    assert [run.run_id for run in same] == ["run-a", "run-b"]  # one run given twice (and in its folder) counts once
+    copy = shutil.copytree(two_runs[0], tmp_path / "copy" / "run-a")
+    with pytest.raises(ValueError, match="run run-a given twice"):  # two directories, one run id
+        spark_report.load_runs(spark, [str(two_runs[0]), str(copy)])
     empty = tmp_path / "not-a-run"
     empty.mkdir()
     (empty / "x").write_text("")
-    with pytest.raises(FileNotFoundError, match="not a storm run directory"):
+    with pytest.raises(FileNotFoundError, match="holds no storm run directories"):
         spark_report.load_runs(spark, [str(empty)])
 
 
@@ -257,7 +297,9 @@ def test_sweep_report_writes_html_and_every_csv(sweep_report):
     report, dirs = sweep_report
     html = report.read_text()
     assert html.startswith("<!DOCTYPE html>") and html.count("<svg") >= 4 * 5 + 3
-    assert "Sweep" in html and "Total throughput" in html and "Highest total throughput" in html
+    assert "Sweep" in html and "Total throughput" in html
+    assert "Best: " in html or "No best setting named: " in html
+    assert "Highest total throughput" not in html and "Lowest worst-request p99" not in html
     for name in ("runs", "summary", "configurations", "errors", "intervals", "spectrum", "resources", "sweep"):
         assert (report.parent / "csv" / f"{name}.csv").stat().st_size > 0
     sweep = pd.read_csv(report.parent / "csv" / "sweep.csv")

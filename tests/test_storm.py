@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 from hdrh.log import HistogramLogReader
@@ -261,3 +265,52 @@ def test_flapping_brokers_reach_subscribers_and_their_propagation_is_recorded(tm
     assert logged.get_value_at_percentile(99) / 1000 == propagation["p99_ms"]
     resources = pq.read_table(run_dir / "resources.parquet").to_pylist()
     assert {r["process"] for r in resources} == {"server", "generator", "subscribers"}
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_the_storm_gracefully_and_keeps_what_was_measured(tmp_path):
+    """SIGINT to the whole process group, as a terminal's Ctrl-C: no traceback, the run is kept and marked partial."""
+    command = [sys.executable, str(ROOT / "bench" / "heartbeat_storm.py"), "--launch", "--duration", "60",
+               "--warmup", "0.5", "--drain", "2", "--workers", "1", "--brokers", "4", "--topics", "5",
+               "--register-period", "1", "--route-clients", "200", "--route-poll-period", "1",
+               "--runs-dir", str(tmp_path), "--run-id", "cut", "--no-progress"]
+    storm = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+    try:
+        deadline = time.monotonic() + 60
+        while not any("spawn_main" in " ".join(child.cmdline()) and "storm" not in child.name()
+                      for child in psutil.Process(storm.pid).children()):
+            assert time.monotonic() < deadline and storm.poll() is None, "the storm never started its workers"
+            time.sleep(0.1)
+        time.sleep(4)  # bring-up and warm-up done, a few seconds measured
+        os.killpg(storm.pid, signal.SIGINT)  # the generator's workers too, and not the launched server
+        out, err = storm.communicate(timeout=60)
+    finally:
+        if storm.poll() is None:
+            storm.kill()
+    assert storm.returncode == 130, err
+    assert "Traceback" not in err and "interrupted: ending the run now" in err
+    assert "partial run (Ctrl-C):" in out and f"run directory: {tmp_path / 'cut'}" in out
+    meta = json.loads((tmp_path / "cut" / "meta.json").read_text())
+    assert meta["partial"] is True and meta["planned_duration_s"] == 60.0 and 0 < meta["duration_s"] < 30
+    routes = {row["request"]: row for row in meta["summary"]}["GET_ROUTEINFO_BY_TOPIC"]
+    assert routes["errors"] == 0 and routes["answered"] > 100
+    assert routes["throughput_per_s"] == pytest.approx(200, rel=0.2)  # over the measured seconds, not the planned 60
+    assert "boot success" in (tmp_path / "cut" / "server.log").read_text()
+
+
+def test_a_kind_sent_but_never_answered_is_summarized_as_all_errors():
+    """Every connection closed by an overloaded server: the window's requests count, as NO_RESPONSE."""
+    from bench.heartbeat_storm import format_summary, summarize
+    from bench.storm.rundir import NO_RESPONSE, RunRecorder
+
+    run = RunRecorder("lost")
+    run.add_responses(0, ROUTE, NO_RESPONSE, 500)
+    run.add_responses(1, ROUTE, NO_RESPONSE, 300)
+    rows = summarize(run, 2.0)
+    assert rows == [{"request": "GET_ROUTEINFO_BY_TOPIC", "requests": 800, "answered": 0, "throughput_per_s": 0.0,
+                     "p50_ms": None, "p99_ms": None, "p99_9_ms": None, "max_ms": None, "errors": 800,
+                     "send_delay_p99_ms": 0.0}]
+    assert format_summary(rows).splitlines()[1].split() == ["GET_ROUTEINFO_BY_TOPIC", "0", "0", "–", "–", "–", "–",
+                                                            "800"]

@@ -185,8 +185,12 @@ class RunRecorder:
         }, schema=RESPONSE_SCHEMA)
         pq.write_table(table, directory / "responses.parquet")
 
+    def resource_rows(self) -> list[dict]:
+        """The resource samples as resources.parquet holds them (without run_id)."""
+        return [asdict(sample) for sample in self._resources]
+
     def _write_resources(self, directory: Path) -> None:
-        samples = [asdict(sample) for sample in self._resources]
+        samples = self.resource_rows()
         columns = {name: [sample[name] for sample in samples] for name in RESOURCE_SCHEMA.names if name != "run_id"}
         columns["run_id"] = [self.run_id] * len(samples)
         pq.write_table(pa.Table.from_pydict(columns, schema=RESOURCE_SCHEMA), directory / "resources.parquet")

@@ -1,7 +1,9 @@
 """Dependency-free inline SVG charts for the storm report: line charts and heatmaps.
 
 Hand-written so the report is one self-contained HTML file with no JavaScript and no plotting
-library to pin; hovering a point or cell shows its exact value (SVG <title>).
+library to pin; hovering a point or cell shows its value (SVG <title>). Either axis of a line chart
+can be a decade (log) scale, which callers choose with `spans_decade` when values differ by 10× or
+more, so small series do not lie flat beside large ones.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
 
 
 def format_number(value: float) -> str:
+    """A tick or hover label: at most 3 significant digits, k/M for large values."""
     if value == 0:
         return "0"
     if abs(value) >= 1e6:
@@ -54,14 +57,40 @@ def format_number(value: float) -> str:
     return f"{value:.3g}"
 
 
+#: Positive values spanning at least this factor get a log axis (64/s beside 5,000/s is not a flat line).
+LOG_SPAN = 10.0
+
+
+def spans_decade(values: Sequence[float]) -> bool:
+    """Whether the positive `values` span LOG_SPAN× or more: then a linear axis would flatten the small ones."""
+    positive = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    return bool(positive) and max(positive) >= LOG_SPAN * min(positive)
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A dashed horizontal line across the plot (an SLO, a limit), in data units."""
+
+    y: float
+    label: str
+
+
 def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: str,
                x_tick_labels: dict[float, str] | None = None, markers: bool = False, y_log: bool = False,
-               width: int = 660, height: int = 300) -> str:
-    """Lines over a shared x axis; `x_tick_labels` replaces numeric x ticks (e.g. percentile positions);
-    `y_log` plots y on a decade scale (latency spectra span microseconds to seconds)."""
+               x_log: bool = False, references: Sequence[Reference] = (), width: int = 660,
+               height: int = 300) -> str:
+    """Lines over a shared x axis; `x_tick_labels` replaces numeric x ticks (e.g. percentile positions).
+
+    `y_log`/`x_log` plot that axis on a decade scale (latency spectra span microseconds to
+    seconds; throughputs of 64/s and 5,000/s share a chart) and say so in the axis label; points
+    that are not positive have no place on a log axis and are left out. `references` draw
+    horizontal lines such as an SLO.
+    """
+    series = [_on_log_axes(s, x_log, y_log) for s in series]
     series = [s for s in series if len(s.xs)]
-    if y_log:
-        series = [Series(s.name, s.xs, [math.log10(max(y, 1e-9)) for y in s.ys]) for s in series]
+    x_label, y_label = _log_label(x_label, x_log), _log_label(y_label, y_log)
+    refs = [(math.log10(r.y) if y_log else r.y, r.label) for r in references
+            if math.isfinite(r.y) and (r.y > 0 or not y_log)]
     left, right, top, bottom = 64, 190, 28, 42
     plot_w, plot_h = width - left - right, height - top - bottom
     parts = [_svg_open(width, height, title), _text(left, 16, title, weight="bold")]
@@ -69,14 +98,12 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
         parts.append(_text(left + plot_w / 2, top + plot_h / 2, "no data", anchor="middle"))
         return "".join(parts) + "</svg>"
     xs = [x for s in series for x in s.xs]
-    ys = [y for s in series for y in s.ys]
-    x_ticks = sorted(x_tick_labels) if x_tick_labels else nice_ticks(min(xs), max(xs))
-    if y_log:
-        y_ticks = [float(k) for k in range(math.floor(min(ys)), math.ceil(max(ys)) + 1)]
-        if len(y_ticks) < 2:
-            y_ticks.append(y_ticks[0] + 1)
+    ys = [y for s in series for y in s.ys] + [y for y, _ in refs]
+    if x_tick_labels:
+        x_ticks = sorted(x_tick_labels)
     else:
-        y_ticks = nice_ticks(min(0.0, min(ys)), max(ys))
+        x_ticks = _decade_ticks(xs) if x_log else nice_ticks(min(xs), max(xs))
+    y_ticks = _decade_ticks(ys) if y_log else nice_ticks(min(0.0, min(ys)), max(ys))
     x0, x1 = min(x_ticks[0], min(xs)), max(x_ticks[-1], max(xs))
     y0, y1 = y_ticks[0], y_ticks[-1]
 
@@ -90,8 +117,12 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
     for tick in y_ticks:
         parts.append(_grid_y(left, plot_w, sy(tick), format_number(10 ** tick if y_log else tick)))
     for tick in x_ticks:
-        label = x_tick_labels[tick] if x_tick_labels else format_number(tick)
+        label = x_tick_labels[tick] if x_tick_labels else format_number(10 ** tick if x_log else tick)
         parts.append(_tick_x(sx(tick), top + plot_h, label))
+    for y, label in refs:
+        parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{sy(y):.1f}" y2="{sy(y):.1f}" stroke="#555" '
+                     f'stroke-dasharray="5,3"><title>{escape(label)}</title></line>'
+                     + _text(left + plot_w - 4, sy(y) - 4, label, anchor="end"))
     for index, s in enumerate(series):
         color = PALETTE[index % len(PALETTE)]
         points = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in zip(s.xs, s.ys))
@@ -101,11 +132,30 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
             for x, y in zip(s.xs, s.ys):
                 shown = 10 ** y if y_log else y
                 parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{color}">'
-                             f"<title>{escape(s.name)}: {shown:.6g}</title></circle>")
+                             f"<title>{escape(s.name)}: {format_number(shown)}</title></circle>")
         legend_y = top + 6 + index * 15
         parts.append(f'<rect x="{left + plot_w + 12}" y="{legend_y - 8}" width="10" height="10" fill="{color}"/>')
         parts.append(_text(left + plot_w + 26, legend_y + 1, _shorten(s.name, 26)))
     return "".join(parts) + "</svg>"
+
+
+def _on_log_axes(s: Series, x_log: bool, y_log: bool) -> Series:
+    """`s` in the chart's coordinates: log10 of a log axis's values, its non-positive points dropped."""
+    points = [(x, y) for x, y in zip(s.xs, s.ys)
+              if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
+              and (x > 0 or not x_log) and (y > 0 or not y_log)]
+    return Series(s.name, [math.log10(x) if x_log else x for x, _ in points],
+                  [math.log10(y) if y_log else y for _, y in points])
+
+
+def _log_label(label: str, log: bool) -> str:
+    return label + " (log scale)" if log and "log scale" not in label else label
+
+
+def _decade_ticks(logs: Sequence[float]) -> list[float]:
+    """Whole decades covering the log10 values (at least two ticks)."""
+    ticks = [float(k) for k in range(math.floor(min(logs)), math.ceil(max(logs)) + 1)]
+    return ticks if len(ticks) > 1 else [ticks[0], ticks[0] + 1]
 
 
 def heatmap(rows: Sequence[str], columns: Sequence[str], values: dict[tuple[str, str], float], *, title: str,

@@ -3,6 +3,9 @@
 Life: connect, bring its brokers up (one unmeasured registration each), report ready, wait for
 the coordinator's start time, then run the open or closed loop until the end time, drain, and
 ship the last delta. Every second it ships what it recorded (`Delta`) to the coordinator.
+Ctrl-C reaches the coordinator only (storm processes ignore SIGINT): it writes the moment it was
+pressed into the shared `cut` value, and the worker ends its loop there, drains briefly and
+reports as usual, so what was measured is kept.
 
 With flaps (bench/storm/flaps.py) each of its brokers that is to flap has a connection of its
 own (as a real broker does), so closing it takes exactly that broker's routes away; while the
@@ -14,6 +17,7 @@ import asyncio
 import bisect
 import logging
 import random
+import signal
 import sys
 import time
 import traceback
@@ -40,6 +44,8 @@ _BURST = 512
 NOT_STARTED = sys.maxsize // 4
 #: Longest wait for the coordinator's start signal, seconds.
 START_TIMEOUT_S = 120.0
+#: After Ctrl-C, how long a worker waits for answers to what it already sent, seconds.
+CUT_DRAIN_S = 1.0
 #: A request and the slot of the broker sending it in this worker (None: a client's route query).
 Request = tuple[FrameTemplate, int | None]
 
@@ -134,10 +140,13 @@ class WorkerRequests:
 
 
 class Worker:
-    def __init__(self, plan: WorkerPlan, out: Queue, changed_at: MutableSequence[int] | None = None) -> None:
+    def __init__(self, plan: WorkerPlan, out: Queue, changed_at: MutableSequence[int] | None = None,
+                 cut=None) -> None:
         self.plan = plan
         self.out = out
         self.changed_at = changed_at
+        #: Shared monotonic ns at which the coordinator cut the run short (0: not cut); None in tests.
+        self.cut = cut
         self.rng = random.Random(plan.seed * 1000 + plan.index)
         self.recorder = IntervalRecorder(plan.index, NOT_STARTED)
         self.requests = WorkerRequests(plan, self.rng)
@@ -174,7 +183,7 @@ class Worker:
                 await self._open_loop(start_ns)
             else:
                 await self._closed_loop(start_ns)
-            if flapping is not None:
+            if flapping is not None and not self._cut_short():
                 await flapping
             await self._drain()
         finally:
@@ -204,7 +213,15 @@ class Worker:
         await self._wait_answered(30.0, self._all_connections())
 
     async def _drain(self) -> None:
-        await self._wait_answered(self.plan.drain_s, self._all_connections())
+        drain_s = min(self.plan.drain_s, CUT_DRAIN_S) if self._cut_short() else self.plan.drain_s
+        await self._wait_answered(drain_s, self._all_connections())
+
+    def _cut_short(self) -> bool:
+        """Whether the coordinator cut the run (Ctrl-C); the end moves to the moment it did."""
+        if self.cut is None or not self.cut.value:
+            return False
+        self.end_ns = min(self.end_ns, self.cut.value)
+        return True
 
     @staticmethod
     async def _wait_answered(timeout: float, connections: list[StormConnection]) -> None:
@@ -246,6 +263,7 @@ class Worker:
                 streams.append([start_ns + period * self.plan.index / self.plan.workers, period, code])
         budget = self.plan.max_requests
         while self.sent < budget:
+            self._cut_short()
             now = time.monotonic_ns()
             burst = 0
             for stream in streams:  # everything due, even when we woke after the end: it was scheduled
@@ -260,7 +278,7 @@ class Worker:
             upcoming = [s[0] for s in streams if s[0] < self.end_ns]
             if not upcoming:
                 break
-            await asyncio.sleep(max(0.0, (min(upcoming) - time.monotonic_ns()) / SECOND))
+            await asyncio.sleep(min(0.1, max(0.0, (min(upcoming) - time.monotonic_ns()) / SECOND)))
 
     # ---- closed loop: a fixed number in flight per connection, each answer sends the next ----
     async def _closed_loop(self, start_ns: int) -> None:
@@ -268,7 +286,7 @@ class Worker:
         for connection in self.connections:
             self._refill(connection, self.plan.in_flight)
         while time.monotonic_ns() < self.end_ns and self.sent < self.plan.max_requests:
-            if all(c.lost for c in self.connections):
+            if all(c.lost for c in self.connections) or self._cut_short():
                 break
             await asyncio.sleep(0.05)
 
@@ -341,6 +359,7 @@ def run_reporting_failures(name: str, out: Queue, main: Callable[[], Coroutine[o
     """A storm process's body: run `main` on a fresh event loop; any failure reaches the
     coordinator as ("error", name, traceback)."""
     logging.basicConfig(level=logging.WARNING, format=f"{name}: %(levelname)s %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle (see the module doc)
     try:
         asyncio.run(main())
     except BaseException:  # noqa: BLE001 - report everything, the coordinator decides
@@ -348,6 +367,8 @@ def run_reporting_failures(name: str, out: Queue, main: Callable[[], Coroutine[o
 
 
 def worker_main(plan: WorkerPlan, out: Queue, go: Event, start_value,
-                changed_at: MutableSequence[int] | None = None) -> None:
-    """Process entry point: run the worker (`changed_at`: the flaps' shared change times)."""
-    run_reporting_failures(f"worker {plan.index}", out, lambda: Worker(plan, out, changed_at).run(go, start_value))
+                changed_at: MutableSequence[int] | None = None, cut=None) -> None:
+    """Process entry point: run the worker (`changed_at`: the flaps' shared change times; `cut`:
+    the shared moment the coordinator cut the run short, 0 until it does)."""
+    run_reporting_failures(f"worker {plan.index}", out,
+                           lambda: Worker(plan, out, changed_at, cut).run(go, start_value))

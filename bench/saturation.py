@@ -1,0 +1,391 @@
+"""Saturation search: the highest offered load a NameServer sustains within a latency SLO (its knee).
+
+    python bench/saturation.py --launch                              # a fresh namesrv
+    python bench/saturation.py --address 127.0.0.1:9876               # a server already running
+    python bench/saturation.py --launch --java on --out runs/knees    # namesrv and Java 4.9.8, alternating
+
+The fleet shape is fixed (brokers, topics, queues, clients; all storm options apply); the offered
+load is scaled by shortening every period alike, so the request mix stays the same. The first step
+offers --start-rate; each step that meets the SLO doubles the rate (--factor) until one misses,
+then the search bisects (geometric mean) between the highest rate met and the lowest missed until
+they are within --resolution. Each step is one open-loop storm (bench/heartbeat_storm.py): warm-up
+excluded, latency from the intended send time, its own run directory. The rule that judges a step
+and finds the knee is bench/storm/verdict.py, which the Spark report applies to the same runs.
+
+The generator watches itself: a step that misses while its send lag or CPU says the generator was
+the limit is run again with one more generator process (up to --max-workers); when it cannot be
+helped, the knee is reported as a lower bound and says why.
+
+With several targets (namesrv and the Java NameServer of ../shared/rocketmq-4.9.8) the searches
+advance in lockstep, one step of each in turn, so drifts of a shared host spread over both; the
+result prints each knee, CPU and RSS per answered request, and the ratio of the knees.
+Ctrl-C ends the step that runs (kept, marked partial, not judged) and the search, and still writes
+what was found. `bench/spark_report.py OUT` then draws the curves.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.cli_help import HelpFormatter  # noqa: E402
+from bench.heartbeat_storm import (  # noqa: E402
+    INTERRUPTED,
+    StormSettings,
+    build_parser,
+    parse_overrides,
+    run_storm,
+    settings_from_args,
+)
+from bench.storm.fleet import HEARTBEAT, FleetShape  # noqa: E402
+from bench.storm.java_namesrv import DEFAULT_JAVA_OPTS, JavaNamesrvProcess, java_unavailable_reason  # noqa: E402
+from bench.storm.verdict import Judgement, Knee, Slo, StepFacts, find_knee, judge, step_facts  # noqa: E402
+from namesrv.launcher import NamesrvProcess, NamesrvStartError  # noqa: E402
+
+log = logging.getLogger("saturation")
+
+MAX_STEPS = 30
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """How the offered load moves: rates in requests per second over the whole fleet."""
+
+    start_rate: float = 5000.0
+    factor: float = 2.0
+    resolution: float = 0.10
+    min_rate: float = 100.0
+    max_rate: float = 2_000_000.0
+    max_steps: int = 12
+    max_workers: int = 2
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_rate <= self.start_rate <= self.max_rate:
+            raise ValueError("rates must satisfy 0 < min rate <= start rate <= max rate")
+        if not self.factor > 1 or not 0 < self.resolution < 1:
+            raise ValueError("factor must be > 1 and resolution in (0, 1)")
+        if not 1 <= self.max_steps <= MAX_STEPS or not 1 <= self.max_workers <= 64:
+            raise ValueError(f"max steps must be 1..{MAX_STEPS} and max workers 1..64")
+
+
+@dataclass
+class Search:
+    """One target's search: the steps run so far and what comes next (None: done)."""
+
+    target: str
+    plan: SearchPlan
+    slo: Slo
+    workers: int
+    steps: list[tuple[StepFacts, Judgement, str]] = field(default_factory=list)
+    #: Seconds of unmeasured load before the first step (the first step's warm-up is at least this).
+    prime_s: float = 0.0
+    #: Why the search ended early (Ctrl-C), None while it runs or when it ended normally.
+    stopped: str | None = None
+
+    def next_rate(self) -> float | None:
+        if self.stopped or len(self.steps) >= self.plan.max_steps:
+            return None
+        judged = [(facts.offered_per_s, verdict.met) for facts, verdict, _ in self.steps if not facts.partial]
+        if not judged:
+            return self.plan.start_rate
+        met = [rate for rate, ok in judged if ok]
+        low = max(met) if met else None
+        missed = [rate for rate, ok in judged if not ok and (low is None or rate > low)]
+        high = min(missed) if missed else None
+        if high is None:
+            return None if low >= self.plan.max_rate else min(low * self.plan.factor, self.plan.max_rate)
+        if low is None:
+            rate = high / self.plan.factor
+            return rate if rate >= self.plan.min_rate else None
+        if high / low <= 1 + self.plan.resolution:
+            return None
+        return math.sqrt(low * high)
+
+    def knee(self) -> Knee:
+        return find_knee([(facts, verdict) for facts, verdict, _ in self.steps], self.plan.max_rate)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A server under test: its name in the results, what it is, where it listens."""
+
+    name: str
+    implementation: str
+    address: str
+    pid: int
+    metrics_url: str | None = None
+
+
+def scaled_fleet(fleet: FleetShape, rate: float) -> FleetShape:
+    """The same fleet offering `rate` requests/s in all: every period divided alike, the mix kept."""
+    factor = rate / sum(fleet.rates().values())
+    return replace(fleet, register_period_s=fleet.register_period_s / factor,
+                   heartbeat_period_s=fleet.heartbeat_period_s / factor,
+                   route_poll_period_s=fleet.route_poll_period_s / factor)
+
+
+def run_step(search: Search, target: Target, base: StormSettings, out_dir: Path, rate: float) -> tuple[
+        StepFacts, Judgement]:
+    """One storm at `rate` against `target`, judged; a generator-limited miss is run again with one
+    more generator process while --max-workers allows (both runs are kept)."""
+    before: StepFacts | None = None
+    while True:
+        number = len(search.steps) + 1
+        first = number == 1
+        settings = replace(
+            base, address=target.address, server_pid=target.pid, metrics_url=target.metrics_url, launch=None,
+            fleet=scaled_fleet(base.fleet, rate), workers=search.workers, runs_dir=out_dir / target.name,
+            run_id=f"{target.name}-step{number:02d}", progress=False,
+            warmup_s=max(base.warmup_s, search.prime_s) if first else base.warmup_s,
+            extra_meta={**base.extra_meta, "saturation": {
+                "search": target.name, "implementation": target.implementation, "target": target.address,
+                "step": number, "offered_per_s": rate, "workers": search.workers, "slo": search.slo.describe(),
+                "max_rate": search.plan.max_rate}})
+        result = run_storm(settings)
+        facts = step_facts(result.summary, result.resources, offered_per_s=rate, duration_s=result.duration_s,
+                           workers=search.workers, slo=search.slo, partial=result.partial)
+        verdict = judge(facts, search.slo)
+        search.steps.append((facts, verdict, result.run_dir.name))
+        print(format_step(target.name, number, facts, verdict, search.workers), flush=True)
+        if result.partial:
+            search.stopped = "interrupted (Ctrl-C)"
+            raise KeyboardInterrupt
+        if before is not None and _lag(facts) >= _lag(before):
+            search.workers -= 1  # the processes share this host's cores with the server: more made it worse
+            print(f"  {search.workers + 1} generator processes lagged no less than {search.workers}: back to "
+                  f"{search.workers}", flush=True)
+            return facts, verdict
+        if verdict.met or not verdict.generator_limited or search.workers >= search.plan.max_workers:
+            return facts, verdict
+        before = facts
+        search.workers += 1
+        print(f"  the generator was the limit: running {rate:,.0f}/s again with {search.workers} generator "
+              "processes", flush=True)
+
+
+def _lag(facts: StepFacts) -> float:
+    return facts.send_delay_p99_ms if facts.send_delay_p99_ms is not None else math.inf
+
+
+def format_step(name: str, number: int, facts: StepFacts, verdict: Judgement, workers: int) -> str:
+    lag = facts.send_delay_p99_ms
+    line = (f"[{name} step {number}] offered {facts.offered_per_s:,.0f}/s, answered {facts.answered_per_s:,.0f}/s, "
+            f"worst p99 {_ms(facts.worst_latency_ms)}, errors {facts.error_rate:.2%}, generator lag p99 {_ms(lag)} "
+            f"({workers} process{'es' if workers > 1 else ''}): ")
+    if facts.partial:
+        return line + "partial (Ctrl-C), not judged"
+    line += "met" if verdict.met else "missed: " + "; ".join(verdict.reasons)
+    if verdict.generator_limited:
+        line += " [generator: " + "; ".join(verdict.generator_reasons) + "]"
+    return line
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.2f} ms"
+
+
+def search_all(targets: Sequence[Target], base: StormSettings, plan: SearchPlan, slo: Slo, out_dir: Path,
+               prime_s: float) -> list[Search]:
+    """The searches of every target, in lockstep: a step of each in turn until all are done."""
+    searches = [Search(target.name, plan, slo, base.workers, prime_s=prime_s) for target in targets]
+    try:
+        while True:
+            progressed = False
+            for search, target in zip(searches, targets):
+                rate = search.next_rate()
+                if rate is None:
+                    continue
+                run_step(search, target, base, out_dir, rate)
+                progressed = True
+            if not progressed:
+                return searches
+    except KeyboardInterrupt:
+        for search in searches:
+            search.stopped = search.stopped or "interrupted (Ctrl-C) before it finished"
+        return searches
+
+
+def describe(search: Search, target: Target) -> dict:
+    """search.json: the steps as judged and the knee (the report recomputes both from the runs)."""
+    knee = search.knee()
+    steps = []
+    for facts, verdict, run_id in search.steps:
+        steps.append({
+            "run_id": run_id, "offered_per_s": facts.offered_per_s, "answered_per_s": facts.answered_per_s,
+            "duration_s": facts.duration_s, "worst_latency_ms": facts.worst_latency_ms,
+            "latency_ms": {kind.request: kind.latency_ms for kind in facts.kinds},
+            "error_rate": facts.error_rate, "send_delay_p99_ms": facts.send_delay_p99_ms,
+            "generator_cpu": facts.generator_cpu, "server_cpu_us_per_answer": facts.server_cpu_us_per_answer,
+            "server_rss_bytes": facts.server_rss_bytes, "partial": facts.partial, "met": verdict.met,
+            "reasons": list(verdict.reasons), "generator_limited": verdict.generator_limited,
+            "generator_reasons": list(verdict.generator_reasons), "unjudged": list(verdict.unjudged)})
+    at_knee = search.steps[knee.index][0] if knee.index is not None else None
+    return {"target": target.name, "implementation": target.implementation, "address": target.address,
+            "slo": search.slo.describe(), "plan": asdict(search.plan),
+            "stopped": search.stopped, "steps": steps,
+            "knee": {"offered_per_s": knee.offered_per_s, "bound": knee.bound, "note": knee.note,
+                     "run_id": None if knee.index is None else search.steps[knee.index][2],
+                     "answered_per_s": None if at_knee is None else at_knee.answered_per_s,
+                     "worst_latency_ms": None if at_knee is None else at_knee.worst_latency_ms,
+                     "server_cpu_us_per_answer": None if at_knee is None else at_knee.server_cpu_us_per_answer,
+                     "server_rss_bytes": None if at_knee is None else at_knee.server_rss_bytes}}
+
+
+def format_knees(results: Sequence[dict], skipped: str | None) -> str:
+    """The end-of-search table: each target's knee and its cost, then the ratio of the knees."""
+    lines = [f"{'target':<10}{'knee /s':>12}{'answered /s':>13}{'worst p99':>11}{'CPU µs/req':>12}"
+             f"{'RSS MiB':>9}  bound"]
+    for result in results:
+        knee = result["knee"]
+        lines.append(f"{result['target']:<10}{_rate(knee['offered_per_s']):>12}{_rate(knee['answered_per_s']):>13}"
+                     f"{_ms(knee['worst_latency_ms']):>11}{_number(knee['server_cpu_us_per_answer'], 1):>12}"
+                     f"{_number(None if knee['server_rss_bytes'] is None else knee['server_rss_bytes'] / 2**20, 1):>9}"
+                     f"  {knee['bound']}: {knee['note']}")
+        if result["stopped"]:
+            lines.append(f"{'':<10}stopped early: {result['stopped']}")
+    knees = {r["target"]: r["knee"]["offered_per_s"] for r in results}
+    if len(results) > 1 and all(knees.values()):
+        base = results[-1]["target"]
+        for name, rate in knees.items():
+            if name != base:
+                lines.append(f"knee ratio {name} ÷ {base}: {rate / knees[base]:.2f}×")
+    if skipped:
+        lines.append(skipped)
+    return "\n".join(lines)
+
+
+def _rate(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.0f}"
+
+
+def _number(value: float | None, decimals: int) -> str:
+    return "–" if value is None else f"{value:,.{decimals}f}"
+
+
+@contextlib.contextmanager
+def open_targets(args: argparse.Namespace, base: StormSettings) -> Iterator[tuple[list[Target], str | None]]:
+    """The servers to search: a launched namesrv (or --address), then the Java NameServer when asked."""
+    skipped = None
+    with contextlib.ExitStack() as stack:
+        targets = []
+        if args.launch:
+            server = stack.enter_context(NamesrvProcess(parse_overrides(args.server_set)))
+            targets.append(Target("namesrv", "namesrv", server.address, server.pid,
+                                  None if server.http_url is None else server.http_url + "/metrics"))
+        else:
+            base.validate()
+            targets.append(Target(args.name, "unknown", base.address, base.server_pid or 0, base.metrics_url))
+        if args.java != "off":
+            reason = java_unavailable_reason()
+            if reason is None:
+                if base.fleet.heartbeat_period_s > 0 and HEARTBEAT in base.fleet.rates():
+                    raise ValueError("the Java NameServer 4.9.8 never answers BROKER_HEARTBEAT (a 5.x request): "
+                                     "use --heartbeat-period 0 to compare the same requests")
+                java = stack.enter_context(JavaNamesrvProcess(args.java_opts))
+                targets.append(Target("java", "java", java.address, java.pid))
+            elif args.java == "on":
+                raise ValueError(f"--java on, but {reason}")
+            else:
+                skipped = f"Java NameServer skipped: {reason}"
+        yield targets, skipped
+
+
+def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """The SLO and the search plan (bench/sweep.py adds them too), with a step's storm defaults."""
+    search = parser.add_argument_group("SLO and search")
+    search.add_argument("--slo-ms", type=float, default=Slo.latency_ms,
+                        help="latency SLO in ms: every request kind's percentile must stay within it")
+    search.add_argument("--slo-percentile", type=float, choices=(50.0, 99.0, 99.9), default=Slo.percentile,
+                        help="the percentile the SLO bounds")
+    search.add_argument("--error-budget", type=float, default=Slo.error_budget,
+                        help="largest share of requests answered with an error or not at all")
+    search.add_argument("--min-samples", type=int, default=Slo.min_samples,
+                        help="answers a request kind needs before its percentile is judged")
+    search.add_argument("--start-rate", type=float, default=None,
+                        help="offered requests/s of the first step (when absent: the fleet's own rate)")
+    search.add_argument("--factor", type=float, default=SearchPlan.factor,
+                        help="rate multiplier while every step meets the SLO")
+    search.add_argument("--resolution", type=float, default=SearchPlan.resolution,
+                        help="stop when the lowest missed rate is within this share above the highest met")
+    search.add_argument("--max-rate", type=float, default=SearchPlan.max_rate, help="highest rate tried, requests/s")
+    search.add_argument("--max-steps", type=int, default=SearchPlan.max_steps, help="steps per search at most")
+    search.add_argument("--max-workers", type=int, default=SearchPlan.max_workers,
+                        help="generator processes a generator-limited step may grow to")
+    search.add_argument("--prime", type=float, default=10.0,
+                        help="seconds of unmeasured load before each search's first step (JIT, caches)")
+    parser.set_defaults(duration=5.0, warmup=2.0, drain=2.0, workers=1, heartbeat_period=0.0)
+
+
+def slo_from_args(args: argparse.Namespace) -> Slo:
+    return Slo(percentile=args.slo_percentile, latency_ms=args.slo_ms, error_budget=args.error_budget,
+               min_samples=args.min_samples)
+
+
+def plan_from_args(args: argparse.Namespace, base: StormSettings) -> SearchPlan:
+    if base.mode != "open":
+        raise ValueError("a saturation search offers loads: it needs --mode open")
+    start = args.start_rate or sum(base.fleet.rates().values())
+    return SearchPlan(start_rate=start, factor=args.factor, resolution=args.resolution, min_rate=min(100.0, start),
+                      max_rate=args.max_rate, max_steps=args.max_steps,
+                      max_workers=max(args.max_workers, base.workers))
+
+
+def build_saturation_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], parents=[build_parser(add_help=False)],
+                                     formatter_class=HelpFormatter)
+    add_search_arguments(parser)
+    targets = parser.add_argument_group("targets and output")
+    targets.add_argument("--out", type=Path,
+                         help="directory for the searches' run directories and saturation.json "
+                         "(when absent: runs/saturation-<time>)")
+    targets.add_argument("--name", default="server", help="the target's name in the results when not --launch")
+    targets.add_argument("--java", choices=("off", "auto", "on"), default="off",
+                         help="also search the Java NameServer 4.9.8 of ../shared in the same run, alternating with "
+                         "namesrv (auto: only when Java 17 is present, else say why it was skipped)")
+    targets.add_argument("--java-opts", default=DEFAULT_JAVA_OPTS, help="JVM options for the Java NameServer")
+    return parser
+
+
+def write_results(out_dir: Path, slo: Slo, results: Sequence[dict], skipped: str | None) -> None:
+    """Each search's search.json beside its runs, and saturation.json over all of them."""
+    for result in results:
+        (out_dir / result["target"]).mkdir(parents=True, exist_ok=True)
+        (out_dir / result["target"] / "search.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "saturation.json").write_text(json.dumps({"slo": slo.describe(), "searches": list(results),
+                                                         "skipped": skipped}, indent=2) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_saturation_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        base = replace(settings_from_args(args), progress=False)
+        slo = slo_from_args(args)
+        plan = plan_from_args(args, base)
+        out_dir = args.out or Path("runs") / f"saturation-{time.strftime('%Y%m%d-%H%M%S')}"
+        with open_targets(args, base) as (targets, skipped):
+            if skipped:
+                print(skipped, flush=True)
+            searches = search_all(targets, base, plan, slo, out_dir, args.prime)
+            results = [describe(search, target) for search, target in zip(searches, targets)]
+    except (ValueError, ConnectionError, NamesrvStartError, RuntimeError) as exc:
+        print(f"saturation: {exc}", file=sys.stderr)
+        return 2
+    write_results(out_dir, slo, results, skipped)
+    print(format_knees(results, skipped))
+    print(f"searches: {out_dir} (report: python bench/spark_report.py {out_dir} --out {out_dir}/report)")
+    return INTERRUPTED if any(r["stopped"] for r in results) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

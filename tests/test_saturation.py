@@ -1,0 +1,135 @@
+"""bench/saturation.py: the search's steps, a real search against a launched namesrv, and Java beside it."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from bench import saturation
+from bench.saturation import Search, SearchPlan, scaled_fleet
+from bench.storm.fleet import HEARTBEAT, REGISTER, ROUTE, FleetShape
+from bench.storm.java_namesrv import java_unavailable_reason
+from bench.storm.verdict import KindFacts, Slo, StepFacts, find_knee, judge, step_facts
+
+SLO = Slo(latency_ms=5.0, min_samples=10)
+
+
+def facts(rate: float, p99: float, lag: float = 0.1) -> StepFacts:
+    answered = int(rate * 5)
+    return StepFacts(rate, 5.0, (KindFacts("GET_ROUTEINFO_BY_TOPIC", answered, answered, 0, p99, lag),))
+
+
+def drive(search: Search, knee_at: float, generator_limit: float | None = None) -> list[float]:
+    """Run the search against a server whose p99 breaks above `knee_at`; the rates it asked for."""
+    rates = []
+    while (rate := search.next_rate()) is not None:
+        rates.append(rate)
+        limited = generator_limit is not None and rate > generator_limit
+        step = facts(rate, 7.0 if limited else 1.0 if rate <= knee_at else 9.0, 3.0 if limited else 0.1)
+        search.steps.append((step, judge(step, SLO), f"step{len(rates)}"))
+    return rates
+
+
+def test_the_search_doubles_then_bisects_until_the_resolution():
+    search = Search("namesrv", SearchPlan(start_rate=5000, resolution=0.1), SLO, workers=1)
+    rates = drive(search, knee_at=30_000)
+    assert rates[:4] == [5000, 10_000, 20_000, 40_000]
+    assert rates[4] == pytest.approx(math.sqrt(20_000 * 40_000))
+    knee = search.knee()
+    assert knee.bound == "slo" and 30_000 / 1.1 <= knee.offered_per_s <= 30_000
+    lowest_miss = min(r for r in rates if r > 30_000)
+    assert lowest_miss / knee.offered_per_s <= 1.1
+
+
+def test_a_first_step_that_misses_walks_down():
+    search = Search("java", SearchPlan(start_rate=5000, min_rate=100), SLO, workers=1)
+    rates = drive(search, knee_at=1000)
+    assert rates[:3] == [5000, 2500, 1250] and search.knee().offered_per_s <= 1000
+
+
+def test_the_search_is_bounded_by_max_rate_and_max_steps():
+    search = Search("x", SearchPlan(start_rate=5000, max_rate=15_000), SLO, workers=1)
+    assert drive(search, knee_at=10**9) == [5000, 10_000, 15_000]
+    assert search.knee().bound == "max-rate"
+    search = Search("x", SearchPlan(start_rate=5000, max_steps=3), SLO, workers=1)
+    assert len(drive(search, knee_at=10**9)) == 3 and search.knee().bound == "unfinished"
+
+
+def test_a_generator_limited_miss_makes_the_knee_a_lower_bound():
+    search = Search("x", SearchPlan(start_rate=5000), SLO, workers=1)
+    drive(search, knee_at=10**9, generator_limit=12_000)
+    knee = search.knee()
+    assert knee.bound == "generator" and knee.offered_per_s <= 12_000
+
+
+def test_scaling_keeps_the_fleet_and_its_mix():
+    fleet = FleetShape(brokers=128, register_period_s=2.0, heartbeat_period_s=0.0, route_clients=5000,
+                       route_poll_period_s=1.0)
+    scaled = scaled_fleet(fleet, 50_640.0)
+    assert scaled.rates() == pytest.approx({REGISTER: 640.0, ROUTE: 50_000.0})
+    assert (scaled.brokers, scaled.route_clients, scaled.topics_per_broker) == (128, 5000, fleet.topics_per_broker)
+    assert HEARTBEAT not in scaled.rates()
+
+
+def test_search_options_are_validated():
+    with pytest.raises(ValueError, match="rates must satisfy"):
+        SearchPlan(start_rate=50, min_rate=100)
+    assert saturation.main(["--launch", "--mode", "closed", "--out", "/nonexistent"]) == 2
+
+
+SEARCH_ARGS = ["--brokers", "8", "--topics", "10", "--register-period", "1", "--route-clients", "1000",
+               "--route-poll-period", "1", "--duration", "1", "--warmup", "0.5", "--drain", "1", "--prime", "0.5",
+               "--max-steps", "2", "--min-samples", "100", "--slo-ms", "50"]
+
+
+@pytest.mark.timeout(120)
+def test_a_real_search_writes_every_step_and_its_knee_matches_the_rule_on_the_runs(tmp_path, capsys):
+    code = saturation.main(["--launch", "--out", str(tmp_path), *SEARCH_ARGS])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    result = json.loads((tmp_path / "namesrv" / "search.json").read_text())
+    first, second = result["steps"]
+    assert first["offered_per_s"] == pytest.approx(1008.0)  # the fleet's own rate: 8 brokers/s + 1000 clients/s
+    # doubled after a step that met the SLO, halved after one that missed (a loaded CI host may miss even 50 ms)
+    assert second["offered_per_s"] == pytest.approx(2016.0 if first["met"] else 504.0)
+    assert f"[namesrv step 2] offered {second['offered_per_s']:,.0f}/s" in out
+    assert out.splitlines()[-2].startswith("namesrv ")
+    # every step's run directory judged again from its own meta.json gives the same knee
+    slo = Slo(**result["slo"])
+    steps = []
+    for step in result["steps"]:
+        meta = json.loads((tmp_path / "namesrv" / step["run_id"] / "meta.json").read_text())
+        assert meta["saturation"]["search"] == "namesrv" and meta["server"]["implementation"] == "namesrv"
+        assert meta["saturation"]["offered_per_s"] == step["offered_per_s"] and meta["partial"] is False
+        again = step_facts(meta["summary"], [], offered_per_s=step["offered_per_s"], duration_s=meta["duration_s"],
+                           workers=meta["load"]["workers"], slo=slo)
+        assert again.answered_per_s == pytest.approx(step["answered_per_s"])
+        steps.append((again, judge(again, slo)))
+    assert find_knee(steps, result["plan"]["max_rate"]).offered_per_s == result["knee"]["offered_per_s"]
+    overall = json.loads((tmp_path / "saturation.json").read_text())
+    assert [s["target"] for s in overall["searches"]] == ["namesrv"] and overall["skipped"] is None
+
+
+def test_java_is_refused_with_heartbeats_it_cannot_answer(tmp_path, capsys):
+    if java_unavailable_reason() is not None:
+        pytest.skip(java_unavailable_reason())
+    code = saturation.main(["--launch", "--java", "on", "--heartbeat-period", "1", "--out", str(tmp_path)])
+    assert code == 2 and "never answers BROKER_HEARTBEAT" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(java_unavailable_reason() is not None, reason=str(java_unavailable_reason()))
+def test_namesrv_and_the_java_nameserver_are_searched_alternately_in_one_run(tmp_path, capsys):
+    code = saturation.main(["--launch", "--java", "on", "--out", str(tmp_path), *SEARCH_ARGS])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    order = [line.split()[0].lstrip("[") for line in out.splitlines() if line.startswith("[")]
+    # one step of each in turn; a generator-limited miss is run again at once (a loaded host), then Java's turn
+    assert order[0] == "namesrv" and "java" in order[1:3] and sorted(set(order)) == ["java", "namesrv"]
+    overall = json.loads((tmp_path / "saturation.json").read_text())
+    assert [s["implementation"] for s in overall["searches"]] == ["namesrv", "java"]
+    java_step = json.loads((tmp_path / "java" / "java-step01" / "meta.json").read_text())
+    assert java_step["server"]["implementation"] == "java" and java_step["saturation"]["implementation"] == "java"
+    assert {row["request"]: row["errors"] for row in java_step["summary"]}["ALL"] == 0
+    assert "knee ratio namesrv ÷ java:" in out
