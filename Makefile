@@ -39,7 +39,7 @@ test: $(DEV_STAMP)
 BENCH_OUT := runs/bench-$(shell date +%Y%m%d-%H%M%S)
 BENCH_FLEET ?= --brokers 128 --topics 200 --queues 8 --clusters 2 --register-period 2 --heartbeat-period 0 \
 	--route-clients 5000 --route-poll-period 1
-BENCH_SEARCH ?= --java auto --slo-ms 5 --duration 5 --warmup 2 --prime 8 --max-steps 8
+BENCH_SEARCH ?= --java auto --slo-ms 5 --duration 8 --warmup 2 --prime 15 --max-steps 8
 bench: $(DEV_STAMP)
 	$(BIN)/python bench/saturation.py --launch --out $(BENCH_OUT) $(BENCH_FLEET) $(BENCH_SEARCH)
 	$(BIN)/python bench/spark_report.py $(BENCH_OUT) --out $(BENCH_OUT)/report --title "namesrv saturation search"

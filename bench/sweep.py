@@ -15,7 +15,8 @@ report alike; it is withheld, with the reason, when the points are not comparabl
 was bounded by the generator, too few samples for the percentile, a run cut short) or when they
 are within this host's run-to-run spread (10 %). `--repeat N` runs the whole grid N times, round
 after round, so slow drifts of a shared host spread over all points, and a point counts as good as
-its worst repeat. Any namesrv config key can be a grid axis (e.g. workerProcesses).
+its worst repeat. Any namesrv config key can be a grid axis (e.g. workerProcesses). All storm
+options apply to every point; --address and --launch are ignored (a sweep always launches).
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ def test_a_step_within_the_slo_meets_it():
 
 
 @pytest.mark.parametrize("facts, reason", [
-    (step(10_000, p99=7.5), "GET_ROUTEINFO_BY_TOPIC p99 7.50 ms > 5 ms"),
+    (step(10_000, p99=7.5), "GET_ROUTEINFO_BY_TOPIC p99 7.500 ms > 5 ms"),
     (step(10_000, errors=200), "errors 0.20% > budget 0.10%"),
     (step(10_000, answered=50_000), "answered 5,500/s of 10,000/s offered"),
 ])
@@ -57,7 +57,7 @@ def judged(*steps: StepFacts) -> list:
 def test_the_knee_is_the_highest_met_rate_bounded_by_the_lowest_miss_above_it():
     knee = find_knee(judged(step(5000), step(10_000), step(20_000, p99=9.0), step(14_142), step(16_818, p99=6.0)))
     assert (knee.index, knee.offered_per_s, knee.bound) == (3, 14_142, "slo")
-    assert knee.note == "at 16,818/s: GET_ROUTEINFO_BY_TOPIC p99 6.00 ms > 5 ms"
+    assert knee.note == "at 16,818/s: GET_ROUTEINFO_BY_TOPIC p99 6.000 ms > 5 ms"
 
 
 def test_a_lag_far_below_the_latency_is_the_servers_queueing_not_the_generator():

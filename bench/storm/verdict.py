@@ -212,7 +212,7 @@ def judge(step: StepFacts, slo: Slo) -> Judgement:
 
 
 def _ms(value: float | None) -> str:
-    return "unmeasured" if value is None else f"{value:,.2f} ms"
+    return "unmeasured" if value is None else f"{value:,.3f} ms"  # 5.003 must not read "5.00 > 5"
 
 
 @dataclass(frozen=True)
