@@ -21,6 +21,10 @@ The two columns are treated alike, so that the same server in both (an A/A run: 
 workload's broker registered before each workload (the ceiling echoes the registration, which is
 accepted as its answer), and the load generator does exactly the same work per answer on both.
 
+With --java auto|on the Java NameServer 4.9.8 of ../shared/rocketmq-4.9.8 (bench/storm/java_namesrv.py)
+joins as a third column in the same rounds, the order rotated so each column takes each place equally
+often, and every workload also prints namesrv ÷ java: figures quoted against Java and the ceiling at once.
+
 Workloads (the issue 7 set):
 * route          GET_ROUTEINFO_BY_TOPIC, JSON header (or --serialize rocketmq), 4 connections x 32 in
                  flight, over the 100 topics of one registered broker;
@@ -63,6 +67,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` imp
 
 from bench.cli_help import HelpFormatter  # noqa: E402
 from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
+from bench.storm.java_namesrv import DEFAULT_JAVA_OPTS, JavaNamesrvProcess, java_unavailable_reason  # noqa: E402
 from namesrv.fastpath import split_frames  # noqa: E402
 from namesrv.launcher import NamesrvProcess  # noqa: E402
 from namesrv.client.remoting import client_tls_context  # noqa: E402
@@ -319,12 +324,13 @@ class CeilingProcess:
             self._proc.wait()
 
 
-def leg_order(workload_index: int, round_index: int) -> tuple[str, str]:
-    """Which column goes first: alternating by round (ABBA ...) and by workload (so that an odd
-    number of rounds, or a workload's first leg after the previous workload, favours neither)."""
-    if (workload_index + round_index) % 2 == 0:
-        return ("ceiling", "namesrv")
-    return ("namesrv", "ceiling")
+def leg_order(workload_index: int, round_index: int,
+              columns: tuple[str, ...] = ("ceiling", "namesrv")) -> tuple[str, ...]:
+    """The columns' order in one round: rotated by round and by workload, so every column takes every
+    place equally often (two columns: ABBA; three: a Latin square), and a workload's first leg after
+    the previous workload favours none."""
+    shift = (workload_index + round_index) % len(columns)
+    return columns[shift:] + columns[:shift]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,6 +353,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namesrv-option", action="append", default=[], metavar="KEY=VALUE",
                         help="configuration override for the namesrv started here (repeatable; without it: "
                              "the server's defaults)")
+    parser.add_argument("--java", choices=("off", "auto", "on"), default="off",
+                        help="add the Java NameServer 4.9.8 of ../shared as a third column in the same rotation "
+                        "(auto: only when Java 17 is present, else say why it was skipped)")
+    parser.add_argument("--java-opts", default=DEFAULT_JAVA_OPTS, help="JVM options for the Java NameServer")
+    parser.add_argument("--java-warmup-seconds", type=float, default=10.0,
+                        help="an unmeasured leg on the Java column before each workload's rounds, so its JIT has "
+                        "compiled that workload's path (the other columns need none)")
     parser.add_argument("--json", metavar="FILE",
                         help="also write the results as JSON to this file (without it: printed only)")
     args = parser.parse_args(argv)
@@ -357,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
                        serialize=args.serialize)
     built = [build_workload(name, fleet) for name in workloads]
     overrides = dict(option.split("=", 1) for option in args.namesrv_option)
+    java_skipped = None if args.java == "off" else java_unavailable_reason()
+    if args.java == "on" and java_skipped:
+        parser.error(f"--java on, but {java_skipped}")
+    java = None if args.java == "off" or java_skipped else JavaNamesrvProcess(args.java_opts).start()
+    if java_skipped:
+        print(f"Java NameServer skipped: {java_skipped}", flush=True)
     ceiling = None if args.ceiling else CeilingProcess()
     namesrv = None if args.namesrv else NamesrvProcess(overrides).start()
     registrations: dict[str, socket.socket] = {}
@@ -367,9 +386,13 @@ def main(argv: list[str] | None = None) -> int:
                                         else (namesrv.address, namesrv.pid))
         # Both columns alike: address, pid, and whether an echoed request is a good answer.
         targets = {"ceiling": (ceiling_address, ceiling_pid, True), "namesrv": (namesrv_address, namesrv_pid, False)}
+        if java is not None:
+            targets["java"] = (java.address, java.pid, False)
+        columns = tuple(targets)
         print(f"ceiling {ceiling_address}, namesrv {namesrv_address} ({overrides or 'defaults'}), "
-              f"fast path {os.environ.get('NAMESRV_PURE_PYTHON') == '1' and 'pure Python' or 'default'}, "
-              f"{args.generators} generator process(es), {args.rounds} ABBA rounds of {args.leg_seconds} s legs")
+              + (f"java {java.address} ({java.java_opts}), " if java is not None else "")
+              + f"fast path {os.environ.get('NAMESRV_PURE_PYTHON') == '1' and 'pure Python' or 'default'}, "
+              f"{args.generators} generator process(es), {args.rounds} rotated rounds of {args.leg_seconds} s legs")
         report = {}
         for index, workload in enumerate(built):
             # A registration workload's connection owns the broker when it closes: namesrv then
@@ -380,10 +403,12 @@ def main(argv: list[str] | None = None) -> int:
                 registrations[target] = registration
                 if previous is not None:
                     previous.close()
-            legs: dict[str, list[LegResult]] = {"ceiling": [], "namesrv": []}
+            if java is not None and args.java_warmup_seconds > 0:
+                run_leg(java.address, java.pid, workload, args.generators, args.java_warmup_seconds, 0.5)
+            legs: dict[str, list[LegResult]] = {column: [] for column in columns}
             order: list[str] = []
             for round_index in range(args.rounds):
-                for target in leg_order(index, round_index):
+                for target in leg_order(index, round_index, columns):
                     address, pid, echo_ok = targets[target]
                     leg = run_leg(address, pid, workload, args.generators, args.warmup_seconds, args.leg_seconds,
                                   echo_ok)
@@ -402,8 +427,17 @@ def main(argv: list[str] | None = None) -> int:
                                      "ceiling_bad_answers": sum(leg.bad for leg in legs["ceiling"]),
                                      "order": order,
                                      "legs_per_s": {target: [leg.rate for leg in legs[target]] for target in legs}}
-            print(f"{workload.name:14} ceiling {ceiling_rate:>10,.0f}/s  namesrv {namesrv_rate:>10,.0f}/s  "
-                  f"ratio {namesrv_rate / ceiling_rate:.3f}  namesrv {namesrv_cpu:,.0f}/CPU-s", flush=True)
+            line = (f"{workload.name:14} ceiling {ceiling_rate:>10,.0f}/s  namesrv {namesrv_rate:>10,.0f}/s  "
+                    f"ratio {namesrv_rate / ceiling_rate:.3f}  namesrv {namesrv_cpu:,.0f}/CPU-s")
+            if java is not None:
+                java_rate = statistics.median(leg.rate for leg in legs["java"])
+                java_cpu = statistics.median(leg.per_cpu_second for leg in legs["java"])
+                report[workload.name].update(java_per_s=java_rate, java_per_cpu_s=java_cpu,
+                                             java_bad_answers=sum(leg.bad for leg in legs["java"]),
+                                             namesrv_over_java=namesrv_rate / java_rate)
+                line += (f"  java {java_rate:>10,.0f}/s ({java_cpu:,.0f}/CPU-s)  namesrv ÷ java "
+                         f"{namesrv_rate / java_rate:.2f}")
+            print(line, flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
     finally:
@@ -413,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
             namesrv.close()
         if ceiling is not None:
             ceiling.close()
+        if java is not None:
+            java.close()
     return 0
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from bench import throughput
+from bench.storm.java_namesrv import java_unavailable_reason
 
 
 def test_one_short_abab_round_measures_both_servers(tmp_path, capsys):
@@ -33,6 +36,31 @@ def test_leg_order_alternates_abba_by_round_and_by_workload():
         assert firsts.count("ceiling") == firsts.count("namesrv") == 2  # ABBA ABBA
         assert all(a != b for a, b in zip(firsts, firsts[1:]))
     assert throughput.leg_order(0, 0) != throughput.leg_order(1, 0)  # a workload's first leg alternates too
+
+
+def test_three_columns_rotate_so_each_takes_each_place_equally_often():
+    columns = ("ceiling", "namesrv", "java")
+    for workload_index in range(3):
+        orders = [throughput.leg_order(workload_index, r, columns) for r in range(3)]
+        assert all(sorted(order) == sorted(columns) for order in orders)
+        for place in range(3):
+            assert sorted(order[place] for order in orders) == sorted(columns)
+    assert throughput.leg_order(0, 0, columns)[0] != throughput.leg_order(1, 0, columns)[0]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(java_unavailable_reason() is not None, reason=str(java_unavailable_reason()))
+def test_the_java_nameserver_is_a_third_column_of_the_same_run(tmp_path, capsys):
+    out = tmp_path / "result.json"
+    assert throughput.main(["--java", "on", "--workloads", "route,register-new", "--rounds", "1", "--leg-seconds",
+                            "0.5", "--warmup-seconds", "0.2", "--java-warmup-seconds", "1", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    for workload in ("route", "register-new"):
+        row = report[workload]
+        assert row["java_per_s"] > 0 and row["java_bad_answers"] == 0  # Java answered SUCCESS
+        assert row["namesrv_over_java"] == row["namesrv_per_s"] / row["java_per_s"]
+        assert sorted(row["order"]) == ["ceiling", "java", "namesrv"]
+    assert "namesrv ÷ java" in capsys.readouterr().out
 
 
 class _Out:
