@@ -493,8 +493,7 @@ def summarize_propagation(run: RunRecorder, settings: StormSettings, flaps: Flap
     summary.update(subscription_responses=subscriptions, count=recorded,
                    sightings_expected=0 if flaps is None else expected_sightings(settings.fleet, topics, flaps,
                                                                                  changed_at),
-                   **{name: value if recorded else None
-                      for name, value in _milliseconds(histogram, (50, 90, 99, 99.9)).items()},
+                   **_milliseconds(histogram, (50, 90, 99, 99.9)),
                    versions_missed=counts["versions_missed"], subscribers_dropped=counts["dropped"],
                    pushes=counts["pushes"], changes_pushed=counts["changes"],
                    subscriber_connections_lost=counts["connections_lost"])

@@ -48,7 +48,7 @@ from bench.heartbeat_storm import (  # noqa: E402
     settings_from_args,
 )
 from bench.storm.fleet import HEARTBEAT, FleetShape  # noqa: E402
-from bench.storm.java_namesrv import DEFAULT_JAVA_OPTS, JavaNamesrvProcess, java_unavailable_reason  # noqa: E402
+from bench.storm.java_namesrv import DEFAULT_JAVA_OPTS, JavaNamesrvProcess, java_wanted  # noqa: E402
 from bench.storm.verdict import Judgement, Knee, Slo, StepFacts, find_knee, judge, step_facts  # noqa: E402
 from namesrv.launcher import NamesrvProcess, NamesrvStartError  # noqa: E402
 
@@ -275,7 +275,6 @@ def _number(value: float | None, decimals: int) -> str:
 @contextlib.contextmanager
 def open_targets(args: argparse.Namespace, base: StormSettings) -> Iterator[tuple[list[Target], str | None]]:
     """The servers to search: a launched namesrv (or --address), then the Java NameServer when asked."""
-    skipped = None
     with contextlib.ExitStack() as stack:
         targets = []
         if args.launch:
@@ -285,18 +284,13 @@ def open_targets(args: argparse.Namespace, base: StormSettings) -> Iterator[tupl
         else:
             base.validate()
             targets.append(Target(args.name, "unknown", base.address, base.server_pid or 0, base.metrics_url))
-        if args.java != "off":
-            reason = java_unavailable_reason()
-            if reason is None:
-                if base.fleet.heartbeat_period_s > 0 and HEARTBEAT in base.fleet.rates():
-                    raise ValueError("the Java NameServer 4.9.8 never answers BROKER_HEARTBEAT (a 5.x request): "
-                                     "use --heartbeat-period 0 to compare the same requests")
-                java = stack.enter_context(JavaNamesrvProcess(args.java_opts))
-                targets.append(Target("java", "java", java.address, java.pid))
-            elif args.java == "on":
-                raise ValueError(f"--java on, but {reason}")
-            else:
-                skipped = f"Java NameServer skipped: {reason}"
+        start_java, skipped = java_wanted(args.java)
+        if start_java:
+            if HEARTBEAT in base.fleet.rates():
+                raise ValueError("the Java NameServer 4.9.8 never answers BROKER_HEARTBEAT (a 5.x request): "
+                                 "use --heartbeat-period 0 to compare the same requests")
+            java = stack.enter_context(JavaNamesrvProcess(args.java_opts))
+            targets.append(Target("java", "java", java.address, java.pid))
         yield targets, skipped
 
 

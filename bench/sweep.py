@@ -87,8 +87,9 @@ def _initials(key: str) -> str:
     return (key[0] + "".join(c for c in key[1:] if c.isupper())).lower()
 
 
-def run_sweep(args: argparse.Namespace) -> tuple[Path, list[dict], Best]:
-    """Run every point (round after round); one record per run, and the best point by the shared rule."""
+def run_sweep(args: argparse.Namespace) -> tuple[Path, list[dict], Best, bool]:
+    """Run every point (round after round): one record per run, the best point by the shared rule, and
+    whether every run finished (False after Ctrl-C)."""
     grid = parse_grid(args.grid)
     points = grid_points(grid)
     fixed = parse_overrides(args.server_set)
@@ -126,14 +127,15 @@ def run_sweep(args: argparse.Namespace) -> tuple[Path, list[dict], Best]:
     except KeyboardInterrupt:
         print("interrupted: the points run so far are kept", flush=True)
     best = choose_best(candidates(records), slo)
+    complete = len(records) == len(runs) and not any(record.get("stopped") for record in records)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "sweep.json").write_text(json.dumps(
         {"slo": slo.describe(), "load": "search" if args.rate is None else {"rate_per_s": args.rate},
          "runs": [{k: v for k, v in record.items() if not k.startswith("_")} for record in records],
-         "complete": len(records) == len(runs),
+         "complete": complete,
          "best": {"label": best.label, "score": best.score, "reason": best.reason}}, indent=2) + "\n",
         encoding="utf-8")
-    return sweep_dir, records, best
+    return sweep_dir, records, best, complete
 
 
 def _fixed_load_run(label: str, point: dict[str, str], run_id: str, settings: StormSettings,
@@ -213,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_sweep_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        sweep_dir, records, best = run_sweep(args)
+        sweep_dir, records, best, complete = run_sweep(args)
     except (ValueError, NamesrvStartError) as exc:
         print(f"sweep: {exc}", file=sys.stderr)
         return 2
@@ -223,8 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         report = spark_report.report_with_own_session(None, [str(sweep_dir)], sweep_dir / "report",
                                                       "namesrv thread-setting sweep")
         print(f"report: {report}")
-    return INTERRUPTED if any(r.get("stopped") for r in records) or len(records) < args.repeat * len(
-        grid_points(parse_grid(args.grid))) else 0
+    return 0 if complete else INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` imp
 
 from bench.cli_help import HelpFormatter  # noqa: E402
 from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
-from bench.storm.java_namesrv import DEFAULT_JAVA_OPTS, JavaNamesrvProcess, java_unavailable_reason  # noqa: E402
+from bench.storm.java_namesrv import DEFAULT_JAVA_OPTS, JavaNamesrvProcess, java_wanted  # noqa: E402
 from namesrv.fastpath import split_frames  # noqa: E402
 from namesrv.launcher import NamesrvProcess  # noqa: E402
 from namesrv.client.remoting import client_tls_context  # noqa: E402
@@ -370,12 +370,13 @@ def main(argv: list[str] | None = None) -> int:
                        serialize=args.serialize)
     built = [build_workload(name, fleet) for name in workloads]
     overrides = dict(option.split("=", 1) for option in args.namesrv_option)
-    java_skipped = None if args.java == "off" else java_unavailable_reason()
-    if args.java == "on" and java_skipped:
-        parser.error(f"--java on, but {java_skipped}")
-    java = None if args.java == "off" or java_skipped else JavaNamesrvProcess(args.java_opts).start()
+    try:
+        start_java, java_skipped = java_wanted(args.java)
+    except ValueError as exc:
+        parser.error(str(exc))
+    java = JavaNamesrvProcess(args.java_opts).start() if start_java else None
     if java_skipped:
-        print(f"Java NameServer skipped: {java_skipped}", flush=True)
+        print(java_skipped, flush=True)
     ceiling = None if args.ceiling else CeilingProcess()
     namesrv = None if args.namesrv else NamesrvProcess(overrides).start()
     registrations: dict[str, socket.socket] = {}

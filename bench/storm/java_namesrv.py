@@ -31,6 +31,19 @@ def java_unavailable_reason(reference: Path = REFERENCE) -> str | None:
     return None
 
 
+def java_wanted(mode: str) -> tuple[bool, str | None]:
+    """A bench's `--java off|auto|on`: whether to start Java, and the line saying why it was skipped
+    (auto without Java 17); ValueError for `on` without Java 17."""
+    if mode == "off":
+        return False, None
+    reason = java_unavailable_reason()
+    if reason is None:
+        return True, None
+    if mode == "on":
+        raise ValueError(f"--java on, but {reason}")
+    return False, f"Java NameServer skipped: {reason}"
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -201,10 +201,10 @@ def judge(step: StepFacts, slo: Slo) -> Judgement:
     generator = []
     lag = step.send_delay_p99_ms
     latency = slo_latency_ms(step, slo)
-    # the lag is in every latency (measured from the intended send time); it is the limit when it alone
-    # accounts for the excess over the SLO, not when the server's queueing does
-    explains = not reasons or latency is None or latency - lag <= slo.latency_ms if lag is not None else False
-    if lag is not None and lag >= slo.generator_lag_share * slo.latency_ms and explains:
+    if lag is not None and lag >= slo.generator_lag_share * slo.latency_ms and (
+            # the lag is in every latency (measured from the intended send time): it is the limit when it
+            # alone accounts for the excess over the SLO, not when the server's queueing does
+            not reasons or latency is None or latency - lag <= slo.latency_ms):
         generator.append(f"generator send lag p99 {lag:,.2f} ms >= {slo.generator_lag_share:.0%} of the SLO")
     if step.generator_cpu is not None and step.generator_cpu >= slo.generator_cpu_limit:
         generator.append(f"generator process busy {step.generator_cpu:.0%} of a core")
