@@ -16,7 +16,9 @@ its extension built (`python setup.py build_ext --inplace` in it).
 
 * route          GET_ROUTEINFO_BY_TOPIC of a registered topic, answered from the route cache;
 * register-same  REGISTER_BROKER with the broker's unchanged body (the 30-second heartbeat);
-* register-new   a new DataVersion in every request (the body is decoded; no topic changes).
+* register-new   a new DataVersion in every request (the body is decoded; no topic changes);
+* register-churn the same, and the write perm of two topics changes each time (bench.throughput's
+                 register-churn: two routes change per registration).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from bench.cli_help import HelpFormatter  # noqa: E402
 from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
 from namesrv.protocol import DataVersion  # noqa: E402
 
-WORKLOADS = ("route", "register-same", "register-new")
+WORKLOADS = ("route", "register-same", "register-new", "register-churn")
 #: Registrations replayed before counting starts (and a route query per topic): the route table,
 #: the route cache and the memos warm up in both runs.
 WARM_UP = 50
@@ -82,10 +84,12 @@ def workload_frames(name: str, count: int) -> tuple[list[bytes], list[bytes]]:
         frames = [route_template(fleet, topics[i % len(topics)]).render(i + 1)[4:] for i in range(count)]
     elif name == "register-same":
         frames = [first.render(i + 1)[4:] for i in range(count)]
-    elif name == "register-new":
+    elif name in ("register-new", "register-churn"):
         now = int(time.time() * 1000)
-        frames = [register_template(fleet, broker, register_body(fleet, broker.cluster, DataVersion(i + 2, now + i)))
-                  .render(i + 1)[4:] for i in range(count)]
+        topics = len(fleet.cluster_topics(broker.cluster))
+        frames = [register_template(fleet, broker, register_body(
+            fleet, broker.cluster, DataVersion(i + 2, now + i),
+            read_only=i % topics if name == "register-churn" else None)).render(i + 1)[4:] for i in range(count)]
     else:
         raise ValueError(f"unknown workload {name!r}")
     return setup, frames

@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import psutil
@@ -34,20 +35,16 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cli_help import HelpFormatter  # noqa: E402
+from bench.routeinfo_wire import measure, raise_open_file_limit, render  # noqa: E402
+from bench.scale_fleet import ScaleFleet  # noqa: E402
+from bench.storm.java_namesrv import JavaNamesrvProcess, java_wanted  # noqa: E402
 from namesrv.channel import Channel  # noqa: E402
 from namesrv.config import NamesrvConfig
-from namesrv.fastpath import IMPLEMENTATION, body_crc32
+from namesrv.fastpath import IMPLEMENTATION
 from namesrv.kvconfig import KVConfigManager
+from namesrv.launcher import NamesrvProcess
 from namesrv.processor import RequestProcessor
-from namesrv.protocol import (
-    DataVersion,
-    RegisterBrokerBody,
-    RemotingCommand,
-    RequestCode,
-    ResponseCode,
-    TopicConfig,
-    TopicConfigSerializeWrapper,
-)
+from namesrv.protocol import RemotingCommand, RequestCode, ResponseCode
 from namesrv.routeinfo import RouteInfoManager
 
 
@@ -62,21 +59,6 @@ class Clock:
 def rss_mb() -> float:
     gc.collect()
     return psutil.Process().memory_info().rss / 2 ** 20
-
-
-def cluster_body(cluster: int, topics: int, counter: int = 1) -> bytes:
-    """The body of the cluster's brokers; from counter 2 on, its first topic has 16 queues, not 8."""
-    names = [f"c{cluster}-topic-{i:05d}" for i in range(topics)]
-    table = {name: TopicConfig(name, 8, 16 if i == 0 and counter > 1 else 8) for i, name in enumerate(names)}
-    return RegisterBrokerBody(TopicConfigSerializeWrapper(table, DataVersion(counter, 1_700_000_000_000, 0)),
-                              []).encode()
-
-
-def register_request(broker: int, cluster: int, body: bytes, broker_id: int = 0) -> RemotingCommand:
-    addr = f"10.{broker // 250}.{broker % 250}.{broker_id + 1}:10911"
-    return RemotingCommand.request(RequestCode.REGISTER_BROKER, {
-        "brokerName": f"broker-{broker:03d}", "brokerAddr": addr, "clusterName": f"cluster-{cluster}",
-        "haServerAddr": addr.replace("10911", "10912"), "brokerId": broker_id, "bodyCrc32": body_crc32(body)}, body)
 
 
 def timed(label: str, action, count: int = 1) -> float:
@@ -95,22 +77,44 @@ def main() -> None:
     parser.add_argument("--brokers-per-cluster", type=int, default=30,
                         help="brokers per cluster, all serving the cluster's topics (equal to --brokers: the worst "
                              "case for route size)")
-    parser.add_argument("--query-topics", type=int, default=20_000, help="distinct topics queried")
+    parser.add_argument("--query-topics", type=int, default=20_000, help="distinct topics queried (in-process)")
+    wire = parser.add_argument_group("over TCP (--wire): real server processes, one after the other")
+    wire.add_argument("--wire", action="store_true",
+                      help="drive a fresh namesrv (and Java with --java) over TCP instead of the request path in "
+                           "this process (bench/routeinfo_wire.py)")
+    wire.add_argument("--java", choices=("off", "auto", "on"), default="off",
+                      help="also the Java NameServer 4.9.8 of ../shared (auto: when Java 17 is present)")
+    wire.add_argument("--java-opts", default="-Xms1g -Xmx8g -XX:MaxDirectMemorySize=2g",
+                      help="JVM options for the Java NameServer (the issue allows it up to 8 GB of heap)")
+    wire.add_argument("--concurrency", type=int, default=16, help="first registrations in flight at a time")
+    wire.add_argument("--period", type=float, default=30.0, help="seconds between a broker's registrations")
+    wire.add_argument("--steady-seconds", type=float, default=30.0, help="length of the steady-state phase")
+    wire.add_argument("--route-rate", type=float, default=200.0, help="route queries a second (one in flight)")
+    wire.add_argument("--idle-seconds", type=float, default=5.0, help="route queries before the steady phase")
+    wire.add_argument("--namesrv-option", action="append", default=[], metavar="KEY=VALUE",
+                      help="a namesrv setting for the run (repeatable), e.g. routeSnapshotEnable=false")
+    wire.add_argument("--first-deadline", type=float, default=900.0,
+                      help="seconds the fleet's first registration may take before that server is given up")
     args = parser.parse_args()
-    clusters = -(-args.brokers // args.brokers_per_cluster)
+    if args.wire:
+        return wire_main(args)
+    fleet = ScaleFleet(args.brokers, args.topics, args.brokers_per_cluster)
+    clusters = fleet.clusters
     print(f"fast path: {IMPLEMENTATION}; {args.brokers} brokers in {clusters} clusters, {args.topics} topics per "
-          f"broker ({clusters * args.topics} topics, {args.brokers * args.topics} queue entries)")
+          f"broker ({clusters * args.topics} topics, {fleet.queue_entries} queue entries)")
     base = rss_mb()
     print(f"RSS at start: {base:.0f} MB")
 
-    bodies = [cluster_body(c, args.topics) for c in range(clusters)]
+    bodies = [fleet.cluster_body(c) for c in range(clusters)]
     print(f"registration body: {len(bodies[0]) / 2 ** 20:.2f} MB of JSON per broker")
     clock = Clock()
     tmp = tempfile.mkdtemp(prefix="routeinfo-scale-")
-    config = NamesrvConfig(kv_config_path=str(Path(tmp, "kv.json")), config_store_path=str(Path(tmp, "ns.prop")))
+    config = NamesrvConfig(kv_config_path=str(Path(tmp, "kv.json")), config_store_path=str(Path(tmp, "ns.prop")),
+                           max_queue_datas=max(NamesrvConfig.max_queue_datas, args.brokers * args.topics),
+                           max_brokers=max(NamesrvConfig.max_brokers, 2 * args.brokers))
     routes = RouteInfoManager(config, clock=clock)
     processor = RequestProcessor(config, routes, KVConfigManager(config.kv_config_path), clock=clock)
-    requests = [register_request(b, b // args.brokers_per_cluster, bodies[b // args.brokers_per_cluster])
+    requests = [fleet.register_request(b, bodies[fleet.cluster_of(b)])
                 for b in range(args.brokers)]
     channels = [Channel("tcp", b.to_bytes(4, "big")) for b in range(args.brokers)]
 
@@ -134,8 +138,8 @@ def main() -> None:
     print(f"  periodic re-registration (unchanged DataVersion): mean {statistics.mean(again) * 1e3:.1f} ms, "
           f"max {max(again) * 1e3:.1f} ms -> {statistics.mean(again) * args.brokers / 30 * 100:.0f}% of one core "
           f"at {args.brokers} brokers / 30 s")
-    changed = [cluster_body(c, args.topics, counter=2) for c in range(clusters)]
-    bumped = register_all([register_request(b, b // args.brokers_per_cluster, changed[b // args.brokers_per_cluster])
+    changed = [fleet.cluster_body(c, counter=2) for c in range(clusters)]
+    bumped = register_all([fleet.register_request(b, changed[fleet.cluster_of(b)])
                            for b in range(args.brokers)])
     print(f"  one topic changed (new DataVersion): mean {statistics.mean(bumped) * 1e3:.1f} ms, "
           f"max {max(bumped) * 1e3:.1f} ms; RSS {rss_mb():.0f} MB")
@@ -162,20 +166,43 @@ def main() -> None:
         print("broker-wide changes: skipped (they change brokers 000..002)")
     else:
         print("broker-wide changes (each invalidates the cached routes of one broker's topics):")
-        slave = register_request(0, 0, bodies[0], broker_id=1)
-        timed("a slave joins broker-000", lambda: processor.process(slave, Channel("tcp", b"slave")))
-        timed("wipe write perm of broker-001", lambda: routes.wipe_write_perm_of_broker("broker-001"))
+        slave = fleet.register_request(0, bodies[0], broker_id=1)
+        timed("a slave joins broker-0000", lambda: processor.process(slave, Channel("tcp", b"slave")))
+        timed("wipe write perm of broker-0001", lambda: routes.wipe_write_perm_of_broker("broker-0001"))
         clock.now += 130_000
         for broker in range(3, args.brokers):  # everyone but the masters of brokers 0-2 heartbeats
-            routes.update_broker_timestamp(f"cluster-{broker // args.brokers_per_cluster}",
+            routes.update_broker_timestamp(f"cluster-{fleet.cluster_of(broker)}",
                                            requests[broker].ext_fields["brokerAddr"])
         routes.update_broker_timestamp("cluster-0", slave.ext_fields["brokerAddr"])
         removed: list = []
-        timed("expiry scan: masters of broker-000..002 expire (001, 002 leave with all their queues)",
+        timed("expiry scan: masters of broker-0000..0002 expire (0001, 0002 leave with all their queues)",
               lambda: removed.extend(routes.scan_not_active_brokers()))
         assert len(removed) == 3, removed
         timed("re-query after the changes", query_all, len(queries))
     print(f"RSS at end: {rss_mb():.0f} MB")
+
+
+def wire_main(args: argparse.Namespace) -> None:
+    fleet = ScaleFleet(args.brokers, args.topics, args.brokers_per_cluster)
+    start_java, java_skipped = java_wanted(args.java)
+    raise_open_file_limit(args.brokers + 256)
+    print(f"{fleet.brokers} brokers in {fleet.clusters} clusters, {fleet.topics} topics each: "
+          f"{fleet.queue_entries:,} queue entries; fast path {IMPLEMENTATION}", flush=True)
+    phases = dict(concurrency=args.concurrency, period_s=args.period, steady_s=args.steady_seconds,
+                  route_rate=args.route_rate, idle_s=args.idle_seconds, first_deadline_s=args.first_deadline)
+    say = partial(print, flush=True)
+    servers = []
+    overrides = {"maxQueueDatas": max(NamesrvConfig.max_queue_datas, fleet.queue_entries),
+                 "maxBrokers": max(NamesrvConfig.max_brokers, fleet.brokers),
+                 **dict(option.split("=", 1) for option in args.namesrv_option)}
+    with NamesrvProcess(overrides) as namesrv:
+        servers.append(measure("namesrv", namesrv.address, namesrv.pid, fleet, is_java=False, say=say, **phases))
+    if start_java:
+        with JavaNamesrvProcess(args.java_opts) as java:
+            servers.append(measure("java", java.address, java.pid, fleet, is_java=True, say=say, **phases))
+    elif java_skipped:
+        print(java_skipped)
+    print(render(fleet, servers))
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
 
-def write_atomically(path: str | Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace `path` by `data`: after a crash at any point the file is the old or the new content.
+def write_atomically(path: str | Path, data: bytes | list[bytes | memoryview], mode: int = 0o644) -> None:
+    """Replace `path` by `data` (or its parts, in order): after a crash at any point the file is the
+    old or the new content.
 
     A new file gets `mode` (less the umask); a replaced one keeps its permissions, never more
     than `mode` (an operator's chmod 600 on a file holding a secret survives the rewrite).
@@ -40,9 +41,10 @@ def write_atomically(path: str | Path, data: bytes, mode: int = 0o644) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            for part in [data] if isinstance(data, bytes) else data:
+                view = memoryview(part)
+                while view:
+                    view = view[os.write(fd, view):]
             os.fsync(fd)
         finally:
             os.close(fd)

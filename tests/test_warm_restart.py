@@ -10,6 +10,7 @@ import time
 import zlib
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from namesrv.config import NamesrvConfig
@@ -17,7 +18,7 @@ from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import (DataVersion, RegisterBrokerBody, RequestCode, ResponseCode, TopicConfig,
                               TopicConfigSerializeWrapper, TopicRouteData)
 from namesrv.routeinfo import RouteInfoManager
-from namesrv.routeinfo.persist import RouteSnapshots, decode, encode, snapshot_path
+from namesrv.routeinfo.persist import FORMAT, MAGIC, RouteSnapshots, decode, encode, snapshot_path
 from test_operator_http import RMQ, free_broker_port, get, java_reference_skip_reason, scrape
 
 NOW = 1_700_000_000_000
@@ -43,10 +44,20 @@ def routes_of(routes: RouteInfoManager) -> dict[str, TopicRouteData | None]:
     return {topic: routes.pickup_topic_route(topic) for topic in routes.all_topics().topic_list}
 
 
+def test_the_snapshot_packed_topic_by_topic_is_the_document_packed_at_once(tmp_path) -> None:
+    _, routes = manager(tmp_path)
+    fill(routes)
+    exported = routes.export_routes()
+    rows = [[topic, [[q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag] for q in entries]]
+            for topic, entries in exported["queues"]]
+    whole = msgpack.packb({"format": FORMAT, "takenAtMs": NOW, "routes": {**exported, "queues": rows}})
+    assert b"".join(encode(exported, NOW)) == MAGIC + zlib.crc32(whole).to_bytes(4, "big") + whole
+
+
 def test_a_snapshot_restores_every_route_and_each_broker_as_just_registered(tmp_path) -> None:
     config, before = manager(tmp_path)
     fill(before)
-    taken = encode(before.export_routes(), NOW)
+    taken = b"".join(encode(before.export_routes(), NOW))
     _, after = manager(tmp_path, clock=lambda: NOW + 60_000)
     sizes = after.restore_routes(decode(taken)[1], NOW + 50_000)
     assert sizes == before.sizes() == {"brokers": 6, "clusters": 2, "brokerGroups": 3, "topics": 20, "queueDatas": 57}
@@ -84,7 +95,7 @@ def test_a_torn_foreign_or_stale_file_is_not_restored_and_the_server_starts_empt
 def test_the_file_is_written_when_a_route_changed_and_only_touched_otherwise(tmp_path) -> None:
     config, routes = manager(tmp_path)
     fill(routes, brokers=1)
-    snapshots = RouteSnapshots(config, routes)
+    snapshots = RouteSnapshots(config, routes, clock=lambda: 0.0)  # saves take no time: none is held back
     assert snapshots.save()
     content = snapshots.path.read_bytes()
     os.utime(snapshots.path, ns=(0, 0))
@@ -94,6 +105,25 @@ def test_the_file_is_written_when_a_route_changed_and_only_touched_otherwise(tmp
     routes.wipe_write_perm_of_broker("broker-0")
     assert snapshots.save() and snapshots.path.read_bytes() != content
     assert not snapshots.save() and snapshots.save(force=True)
+
+
+def test_periodic_saves_take_at_most_a_tenth_of_the_time_and_a_forced_one_is_never_held_back(tmp_path) -> None:
+    config, routes = manager(tmp_path)
+    fill(routes, brokers=1)
+    ticks = iter([100.0, 102.0])  # the first save takes 2 s by this clock
+    now = [0.0]
+    snapshots = RouteSnapshots(config, routes, clock=lambda: next(ticks, now[0]))
+    assert snapshots.save()
+    content = snapshots.path.read_bytes()
+    os.utime(snapshots.path, ns=(0, 0))
+    routes.wipe_write_perm_of_broker("broker-0")
+    now[0] = 119.0  # 19 s after it began: the 20 s a 2-s save reserves are not over
+    assert not snapshots.save()
+    assert snapshots.path.read_bytes() == content and snapshots.path.stat().st_mtime == 0  # not touched: stale
+    now[0] = 120.0
+    assert snapshots.save() and snapshots.path.read_bytes() != content
+    routes.add_write_perm_of_broker("broker-0")
+    assert snapshots.save(force=True)
 
 
 def test_a_snapshot_past_the_route_table_bounds_is_refused_whole(tmp_path) -> None:

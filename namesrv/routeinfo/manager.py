@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import sys
 import threading
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
@@ -45,6 +46,7 @@ from namesrv.protocol.route import (
 )
 from namesrv.protocol.topic import DataVersion, QueueFields, TopicConfigSerializeWrapper, TopicQueueTable
 from namesrv.routeinfo.cache import DEFAULT_MAX_BYTES, RouteBodyCache
+from namesrv.routeinfo.group_topics import GroupTopics
 from namesrv.routeinfo.model import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
     BrokerLiveInfo,
@@ -94,7 +96,10 @@ class RouteInfoManager:
         self._mappings: dict[str, dict[str, Any]] = {}
         # Indexes and caches derived from them.
         self._channel_keys: dict[Channel, set[LiveKey]] = {}
-        self._queue_pool: dict[str, dict[QueueData, QueueData]] = {}
+        #: Per group, its distinct queue entries by (read, write, perm, sysFlag): thousands of topics
+        #: share a few values, and an entry is stored only as its pooled value (so equal is identical).
+        self._queue_pool: dict[str, dict[tuple[int, int, int, int], QueueData]] = {}
+        self._group_topics = GroupTopics(self._topic_queues)
         self._queue_changes: dict[str, int] = {}  # per group: queue entries ever put or removed (see BrokerLiveInfo)
         self._queue_datas = 0  # queue entries held: one per topic per group (maxQueueDatas)
         #: Brokers taken out, by cause ("unregistered", "expired", "channel closed"), since start.
@@ -343,8 +348,10 @@ class RouteInfoManager:
         if self._config.delete_topic_with_broker_registration and not mappings:
             for topic in [t for t in self._topics_of(broker_name) if t not in table]:
                 self._remove_queue(topic, broker_name)
-        changed = 0
+        changed: list[str] = []
+        created = 0
         topic_queues = self._topic_queues
+        pool = self._queue_pool.setdefault(broker_name, {})
         apply_all = register_first or version_changed
         for topic, read, write, perm, sys_flag in table.values():
             queues = topic_queues.get(topic)
@@ -353,12 +360,20 @@ class RouteInfoManager:
                 continue
             if wipe_write:
                 perm &= ~PERM_WRITE
-            if (current is not None and current.perm == perm and current.read_queue_nums == read
-                    and current.write_queue_nums == write and current.topic_sys_flag == sys_flag):
-                continue  # unchanged (most topics of a new data version): no QueueData to build and compare
-            changed += self._put_queue(topic, QueueData(broker_name, read, write, perm, sys_flag))
+            queue = pool.get((read, write, perm, sys_flag))
+            if queue is None:
+                queue = self._pooled(broker_name, read, write, perm, sys_flag)
+            elif queue is current:
+                continue  # unchanged (most topics of a new data version)
+            self._set_queue(topic, queue)
+            changed.append(topic)
+            created += current is None
         if changed:
-            log.info("broker %s: %d of %d topics created or changed", broker_name, changed, listed)
+            self._routes_changed(changed)
+            # New topics are news; changes of existing ones can come with every registration (a broker
+            # changing a topic per DataVersion): at INFO they cost the reactor more than the registration.
+            log.log(logging.INFO if created else logging.DEBUG, "broker %s: %d of %d topics created, %d changed",
+                    broker_name, created, listed, len(changed) - created)
         if apply_all:
             for topic, info in mappings.items():
                 bname = info.get("bname") if isinstance(info, dict) else None
@@ -517,6 +532,7 @@ class RouteInfoManager:
         for topic in self._topics_of(broker_name):
             self._remove_queue(topic, broker_name)
         self._queue_pool.pop(broker_name, None)
+        self._group_topics.forget(broker_name)
         for topic in [t for t, infos in self._mappings.items() if broker_name in infos]:
             infos = self._mappings[topic]
             del infos[broker_name]
@@ -706,9 +722,11 @@ class RouteInfoManager:
             return self._snapshot_locked(), dict(self._queue_changes)
 
     def export_routes(self) -> dict[str, Any]:
-        """The topology as plain data under one read lock, for a warm restart (namesrv.routeinfo.persist):
-        groups, clusters, queue entries, filter servers, static-topic mappings and each broker's
-        address, HA address, timeout and DataVersion; not connections, liveness or shortcuts."""
+        """The topology under one read lock, for a warm restart (namesrv.routeinfo.persist): groups,
+        clusters, queue entries, filter servers, static-topic mappings and each broker's address, HA
+        address, timeout and DataVersion; not connections, liveness or shortcuts. Plain data except
+        "queues": (topic, [QueueData, ...]) pairs, the immutable entries themselves, which the saver
+        turns into rows one topic at a time (10 million rows made at once would hold a gigabyte)."""
         with self._lock.read:  # copies of the containers only (QueueData is immutable): writers wait less
             routes = {
                 "clusters": {cluster: sorted(names) for cluster, names in self._clusters.items()},
@@ -719,9 +737,7 @@ class RouteInfoManager:
                 "filters": [[cluster, addr, list(servers)] for (cluster, addr), servers in self._filters.items()],
                 "mappings": {topic: dict(infos) for topic, infos in self._mappings.items()},
             }
-            queues = [(topic, list(by_group.values())) for topic, by_group in self._topic_queues.items()]
-        routes["queues"] = [[topic, [[q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag]
-                                     for q in entries]] for topic, entries in queues]
+            routes["queues"] = [(topic, list(by_group.values())) for topic, by_group in self._topic_queues.items()]
         return routes
 
     def restore_routes(self, routes: dict[str, Any], now: int) -> dict[str, int]:
@@ -770,8 +786,10 @@ class RouteInfoManager:
             self._queue_pool.clear()
             for queues in self._topic_queues.values():
                 for broker_name, queue in queues.items():
-                    queues[broker_name] = self._queue_pool.setdefault(broker_name, {}).setdefault(queue, queue)
+                    queues[broker_name] = self._pooled(broker_name, queue.read_queue_nums, queue.write_queue_nums,
+                                                       queue.perm, queue.topic_sys_flag)
             self._queue_datas = sum(map(len, self._topic_queues.values()))
+            self._group_topics.rebuild()
             self._routes_changed(set(self._route_cache.topics()) | (set(self._topic_queues)
                                                                    if self._changed is not None else set()))
 
@@ -793,25 +811,47 @@ class RouteInfoManager:
 
     def _put_queue(self, topic: str, queue: QueueData) -> bool:
         """Create or replace one queue data; False (and no invalidation) if it is unchanged."""
+        queue = self._pooled(queue.broker_name, queue.read_queue_nums, queue.write_queue_nums, queue.perm,
+                             queue.topic_sys_flag)
         queues = self._topic_queues.get(topic)
-        if queues is None:
-            queues = self._topic_queues[topic] = {}
-            log.debug("new topic registered: %s %s", topic, queue)
-        elif queues.get(queue.broker_name) == queue:
+        if queues is not None and queues.get(queue.broker_name) is queue:
             return False
-        if queue.broker_name not in queues:
-            self._queue_datas += 1
-        pool = self._queue_pool.setdefault(queue.broker_name, {})
-        queues[queue.broker_name] = pool.setdefault(queue, queue)  # thousands of topics share a few values
-        self._queue_changes[queue.broker_name] = self._queue_changes.get(queue.broker_name, 0) + 1
+        self._set_queue(topic, queue)
         self._routes_changed((topic,))
         return True
+
+    def _pooled(self, broker_name: str, read: int, write: int, perm: int, sys_flag: int) -> QueueData:
+        """The group's one QueueData of these fields."""
+        pool = self._queue_pool.setdefault(broker_name, {})
+        queue = pool.get((read, write, perm, sys_flag))
+        if queue is None:
+            queue = pool[read, write, perm, sys_flag] = QueueData(broker_name, read, write, perm, sys_flag)
+        return queue
+
+    def _set_queue(self, topic: str, queue: QueueData) -> None:
+        """Store a pooled queue entry, changed or new; the caller reports the route change.
+
+        A topic's name is held as one string (interned), however many groups list it: each broker's
+        registration decodes its own copy, and 10 million entries of 30 groups would otherwise
+        hold 10 million strings (65 bytes an entry) in the group index."""
+        name = queue.broker_name
+        queues = self._topic_queues.get(topic)
+        if queues is None:
+            topic = sys.intern(topic)
+            queues = self._topic_queues[topic] = {}
+            log.debug("new topic registered: %s %s", topic, queue)
+        if name not in queues:
+            self._queue_datas += 1
+            self._group_topics.added(name, sys.intern(topic))
+        queues[name] = queue
+        self._queue_changes[name] = self._queue_changes.get(name, 0) + 1
 
     def _remove_queue(self, topic: str, broker_name: str) -> None:
         queues = self._topic_queues.get(topic)
         if queues is None or queues.pop(broker_name, None) is None:
             return
         self._queue_datas -= 1
+        self._group_topics.removed(broker_name)
         self._queue_changes[broker_name] = self._queue_changes.get(broker_name, 0) + 1
         if not queues:
             del self._topic_queues[topic]
@@ -859,8 +899,8 @@ class RouteInfoManager:
         return topic in self._topic_queues
 
     def _topics_of(self, broker_name: str) -> list[str]:
-        """Topics with a queue entry of the group: a full scan, for rare broker-wide operations."""
-        return [topic for topic, queues in self._topic_queues.items() if broker_name in queues]
+        """Topics with a queue entry of the group, for broker-wide operations (namesrv.routeinfo.group_topics)."""
+        return self._group_topics.topics_of(broker_name)
 
     def _set_live(self, key: LiveKey, live: BrokerLiveInfo) -> None:
         self._drop_live(key)
