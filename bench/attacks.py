@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from bench.cli_help import HelpFormatter
+from bench.measure import tree_rss_bytes
 from namesrv.client import RemotingClient, RemotingError
 from namesrv.config import split_address
 from namesrv.fastpath import body_crc32
@@ -90,8 +91,7 @@ class _Watch:
 
     def _rss(self) -> int:
         try:
-            processes = [self._process, *self._process.children(recursive=True)]
-            return sum(process.memory_info().rss for process in processes)
+            return tree_rss_bytes(self._process)
         except psutil.Error:
             return 0
 

@@ -32,6 +32,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cli_help import HelpFormatter  # noqa: E402
+from bench.measure import percentile  # noqa: E402
 from namesrv.fastpath import split_frames  # noqa: E402
 from namesrv.launcher import NamesrvProcess  # noqa: E402
 from namesrv.protocol import (DataVersion, RegisterBrokerBody, RemotingCommand, RequestCode,  # noqa: E402
@@ -152,10 +153,6 @@ def _subscribers(address: str, count: int, topics_of: list[str | None], expected
     results.put(([s["done"] for s in states if s["done"] is not None], sum(s["missed"] for s in states)))
     for state in states:
         state["sock"].close()
-
-
-def percentile(values: list[float], p: float) -> float:
-    return values[min(len(values) - 1, int(p / 100 * len(values)))] if values else float("nan")
 
 
 def report(name: str, result: dict[str, object], subscribers: int) -> None:

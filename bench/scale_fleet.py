@@ -6,7 +6,6 @@ serving its cluster's T topics of 8 queues (B × T queue entries; RocketMQ issue
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from namesrv.fastpath import body_crc32
@@ -18,8 +17,6 @@ from namesrv.protocol import (
     TopicConfig,
     TopicConfigSerializeWrapper,
 )
-
-_PREFIX = struct.Struct(">II")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +55,3 @@ class ScaleFleet:
             "brokerName": f"broker-{broker:04d}", "brokerAddr": addr,
             "clusterName": f"cluster-{self.cluster_of(broker)}", "haServerAddr": addr.replace("10911", "10912"),
             "brokerId": broker_id, "bodyCrc32": body_crc32(body)}, body, opaque=opaque)
-
-
-def frame_prefix(request: RemotingCommand) -> bytes:
-    """Everything of `request`'s frame before its body: the body itself is sent from a buffer shared by
-    every broker of a cluster (1,000 brokers' 1.6 MB frames need not be held as 1.6 GB)."""
-    header = request.encode_header()
-    body_length = len(request.body or b"")
-    return _PREFIX.pack(4 + len(header) + body_length, (request.serialize_type << 24) | len(header)) + header

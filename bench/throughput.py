@@ -66,6 +66,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` imp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cli_help import HelpFormatter  # noqa: E402
+from bench.measure import tree_cpu_seconds  # noqa: E402
 from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
 from bench.storm.java_namesrv import DEFAULT_JAVA_OPTS, JavaNamesrvProcess, java_wanted  # noqa: E402
 from namesrv.fastpath import split_frames  # noqa: E402
@@ -241,28 +242,14 @@ def run_leg(address: str, pid: int | None, workload: Workload, generators: int, 
     for proc in procs:
         proc.start()
     time.sleep(max(0.0, start_at + warmup_s - time.monotonic()))
-    cpu_before = _cpu(server)
+    cpu_before = 0.0 if server is None else tree_cpu_seconds(server)
     time.sleep(max(0.0, start_at + warmup_s + duration_s - time.monotonic()))
-    cpu_after = _cpu(server)  # the measured window only (not the drain), on both columns
+    cpu_after = 0.0 if server is None else tree_cpu_seconds(server)  # the measured window only (not the drain), on both columns
     results = [out.get(timeout=duration_s + warmup_s + 40) for _ in procs]
     for proc in procs:
         proc.join(5)
     return LegResult(sum(r[0] for r in results), max(r[1] for r in results), sum(r[2] for r in results),
                      cpu_after - cpu_before)
-
-
-def _cpu(process: psutil.Process | None) -> float:
-    """CPU seconds of the server and its children (worker processes)."""
-    if process is None:
-        return 0.0
-    total = 0.0
-    for proc in [process, *process.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def listening_pid(address: str) -> int | None:

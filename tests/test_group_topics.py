@@ -8,6 +8,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.protocol import DataVersion, QueueData, TopicConfig, TopicConfigSerializeWrapper
 from namesrv.routeinfo import RouteInfoManager
 from namesrv.routeinfo.group_topics import SLACK, GroupTopics
+from namesrv.routeinfo.persist import decode, encode
 
 
 def scan(table: dict[str, dict[str, object]], group: str) -> list[str]:
@@ -87,4 +88,23 @@ def test_a_topic_listed_by_many_groups_is_held_as_one_string() -> None:
                                    {name: TopicConfig(name, 4, 4) for name in names}, DataVersion(1, 0, 0)),
                                filter_server_list=None, channel=None)
     first, second = routes._topics_of("broker-0"), routes._topics_of("broker-1")
+    assert first == second == ["Topic-x", "Topic-y"] and all(a is b for a, b in zip(first, second))
+
+
+def test_a_restored_topic_a_new_group_joins_is_still_held_as_one_string(tmp_path) -> None:
+    config = NamesrvConfig(kv_config_path=str(tmp_path / "kv.json"))
+    before = RouteInfoManager(config, clock=lambda: 0)
+
+    def register(routes: RouteInfoManager, b: int) -> None:
+        names = ["".join(["Topic", "-", x]) for x in "xy"]
+        routes.register_broker(cluster_name="C", broker_addr=f"10.0.0.{b}:10911", broker_name=f"broker-{b}",
+                               broker_id=0, ha_server_addr=None, wrapper=TopicConfigSerializeWrapper(
+                                   {name: TopicConfig(name, 4, 4) for name in names}, DataVersion(1, 0, 0)),
+                               filter_server_list=None, channel=None)
+
+    register(before, 0)
+    after = RouteInfoManager(config, clock=lambda: 0)
+    after.restore_routes(decode(b"".join(encode(before.export_routes(), 0)))[1], 0)
+    register(after, 1)
+    first, second = after._topics_of("broker-0"), after._topics_of("broker-1")
     assert first == second == ["Topic-x", "Topic-y"] and all(a is b for a, b in zip(first, second))

@@ -143,11 +143,16 @@ class RemotingCommand:
 
     def encode(self) -> bytes:
         """The whole frame, length prefix included."""
+        return b"".join(self.encode_parts())
+
+    def encode_parts(self) -> tuple[bytes, bytes]:
+        """The frame as (everything before the body, the body): a sender may write the two as they are,
+        a large body shared by many frames without a copy."""
         header = self.encode_header()
         if len(header) > _MAX_HEADER_LENGTH:
             raise ProtocolError(f"header of {len(header)} bytes does not fit the 24-bit header-length field")
         body = self.body or b""
-        return b"".join((_PREFIX.pack(4 + len(header) + len(body), (self.serialize_type << 24) | len(header)), header, body))
+        return _PREFIX.pack(4 + len(header) + len(body), (self.serialize_type << 24) | len(header)) + header, body
 
     @classmethod
     def decode(cls, frame: bytes) -> RemotingCommand:

@@ -771,7 +771,8 @@ class RouteInfoManager:
         """Replace every table by an `export_tables` result (taken over, not copied); the derived
         indexes are rebuilt and every cached route dropped."""
         with self._lock.write:
-            for mine, theirs in ((self._topic_queues, tables.topic_queue_table),
+            interned = {sys.intern(topic): queues for topic, queues in tables.topic_queue_table.items()}
+            for mine, theirs in ((self._topic_queues, interned),
                                  (self._brokers, tables.broker_addr_table),
                                  (self._clusters, tables.cluster_addr_table),
                                  (self._filters, tables.filter_server_table),
@@ -831,18 +832,19 @@ class RouteInfoManager:
     def _set_queue(self, topic: str, queue: QueueData) -> None:
         """Store a pooled queue entry, changed or new; the caller reports the route change.
 
-        A topic's name is held as one string (interned), however many groups list it: each broker's
-        registration decodes its own copy, and 10 million entries of 30 groups would otherwise
-        hold 10 million strings (65 bytes an entry) in the group index."""
+        A topic's name is held as one string (interned, as `import_tables` interns the keys it installs),
+        however many groups list it: each broker's registration decodes its own copy, and 10 million
+        entries of 30 groups would otherwise hold 10 million strings (65 bytes an entry) in the group
+        index."""
         name = queue.broker_name
         queues = self._topic_queues.get(topic)
-        if queues is None:
+        if queues is None or name not in queues:
             topic = sys.intern(topic)
-            queues = self._topic_queues[topic] = {}
-            log.debug("new topic registered: %s %s", topic, queue)
-        if name not in queues:
+            if queues is None:
+                queues = self._topic_queues[topic] = {}
+                log.debug("new topic registered: %s %s", topic, queue)
             self._queue_datas += 1
-            self._group_topics.added(name, sys.intern(topic))
+            self._group_topics.added(name, topic)
         queues[name] = queue
         self._queue_changes[name] = self._queue_changes.get(name, 0) + 1
 
