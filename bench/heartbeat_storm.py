@@ -65,7 +65,7 @@ from bench.storm.subscriber import (  # noqa: E402
     expected_sightings,
     subscribers_main,
 )
-from bench.storm.worker import SECOND, WorkerPlan, worker_main  # noqa: E402
+from bench.storm.worker import SECOND, WorkerPlan, start_shielded_from_sigint, worker_main  # noqa: E402
 from namesrv import fastpath  # noqa: E402
 from namesrv.launcher import NamesrvProcess, NamesrvStartError  # noqa: E402
 
@@ -214,15 +214,17 @@ def _storm(settings: StormSettings) -> StormResult:
                  for plan in _subscriber_plans(settings, host, port, flaps, topics)]
     load_before = os.getloadavg()
     scrapes: dict[str, bytes | str | None] = {}
-    for process in processes:
-        process.start()
     sampler = None
     timed_scrapes: list[threading.Timer] = []
     try:
-        warmup_answers = _wait_ready(messages, len(processes), processes, "bring-up registrations")
-        for process in listeners:  # once the fleet is up and quiet: no change races a subscription
-            process.start()
-        subscription_answers = _wait_ready(messages, len(listeners), processes + listeners, "subscriptions")
+        try:
+            start_shielded_from_sigint(processes)
+            warmup_answers = _wait_ready(messages, len(processes), processes, "bring-up registrations")
+            start_shielded_from_sigint(listeners)  # once the fleet is up and quiet: no change races a subscription
+            subscription_answers = _wait_ready(messages, len(listeners), processes + listeners, "subscriptions")
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt("interrupted during bring-up, before the measured window: nothing was measured") \
+                from None
         start_ns = time.monotonic_ns() + SECOND // 5
         measure_start_ns = start_ns + int(settings.warmup_s * SECOND)
         start_epoch_s = time.time() + (measure_start_ns - time.monotonic_ns()) / SECOND
@@ -242,6 +244,11 @@ def _storm(settings: StormSettings) -> StormResult:
                 {name: _scrape(settings.metrics_url)})))
             timed_scrapes[-1].start()
         done, finished = _collect(settings, run, messages, processes, listeners, stop, measure_start_ns, cut)
+    except BaseException:
+        for process in processes + listeners:  # the run is abandoned: nothing of theirs is waited for
+            if process.pid is not None:
+                process.kill()
+        raise
     finally:
         stop.set()
         for timer in timed_scrapes:
@@ -675,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"heartbeat_storm: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        print(f"heartbeat_storm: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
+        print(f"heartbeat_storm: {exc or 'interrupted'}", file=sys.stderr)
         return INTERRUPTED
     print(format_summary(result.summary))
     if result.propagation is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import signal
@@ -23,7 +24,7 @@ from bench.storm.fleet import HEARTBEAT, REGISTER, ROUTE, FleetShape, heartbeat_
 from bench.storm.hdr import new_histogram
 from bench.storm.subscriber import choose_topics
 from bench.storm.template import FrameTemplate
-from bench.storm.worker import WorkerPlan, WorkerRequests
+from bench.storm.worker import WorkerPlan, WorkerRequests, start_shielded_from_sigint
 from namesrv.protocol import DataVersion, RegisterBrokerBody, RemotingCommand, RequestCode, SerializeType
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -267,23 +268,58 @@ def test_flapping_brokers_reach_subscribers_and_their_propagation_is_recorded(tm
     assert {r["process"] for r in resources} == {"server", "generator", "subscribers"}
 
 
-@pytest.mark.timeout(120)
-def test_ctrl_c_ends_the_storm_gracefully_and_keeps_what_was_measured(tmp_path):
-    """SIGINT to the whole process group, as a terminal's Ctrl-C: no traceback, the run is kept and marked partial."""
+def _exit_with_sigint_disposition() -> None:
+    sys.exit(3 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else 4)
+
+
+def test_storm_processes_ignore_sigint_from_their_first_instruction():
+    """Nothing in the child's target sets SIG_IGN: it is inherited from the start; the starting
+    process has its own handler back afterwards."""
+    child = multiprocessing.get_context("spawn").Process(target=_exit_with_sigint_disposition)
+    handler = signal.getsignal(signal.SIGINT)
+    start_shielded_from_sigint([child])
+    child.join(timeout=60)
+    assert child.exitcode == 3
+    assert signal.getsignal(signal.SIGINT) is handler
+
+
+def _start_storm_for_ctrl_c(tmp_path: Path) -> subprocess.Popen:
+    """A launched 60 s storm in its own process group with the default Ctrl-C handling, as from a terminal."""
     command = [sys.executable, str(ROOT / "bench" / "heartbeat_storm.py"), "--launch", "--duration", "60",
                "--warmup", "0.5", "--drain", "2", "--workers", "1", "--brokers", "4", "--topics", "5",
                "--register-period", "1", "--route-clients", "200", "--route-poll-period", "1",
                "--runs-dir", str(tmp_path), "--run-id", "cut", "--no-progress"]
-    storm = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+
+
+def _storm_workers(storm: subprocess.Popen) -> list[psutil.Process]:
+    return [child for child in psutil.Process(storm.pid).children()
+            if "spawn_main" in " ".join(child.cmdline()) and "storm" not in child.name()]
+
+
+def _wait_for(storm: subprocess.Popen, condition, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline and storm.poll() is None, f"the storm never got to {what}"
+        time.sleep(0.02)
+
+
+def _connected(worker: psutil.Process) -> bool:
     try:
-        deadline = time.monotonic() + 60
-        while not any("spawn_main" in " ".join(child.cmdline()) and "storm" not in child.name()
-                      for child in psutil.Process(storm.pid).children()):
-            assert time.monotonic() < deadline and storm.poll() is None, "the storm never started its workers"
-            time.sleep(0.1)
-        time.sleep(4)  # bring-up and warm-up done, a few seconds measured
+        return any(c.status == psutil.CONN_ESTABLISHED for c in worker.net_connections(kind="tcp"))
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_the_storm_gracefully_and_keeps_what_was_measured(tmp_path):
+    """SIGINT to the whole process group, as a terminal's Ctrl-C: no traceback, the run is kept and marked partial."""
+    storm = _start_storm_for_ctrl_c(tmp_path)
+    try:
+        _wait_for(storm, lambda: any(_connected(worker) for worker in _storm_workers(storm)), "its fleet's bring-up")
+        time.sleep(3)  # bring-up and warm-up done, a few seconds measured
         os.killpg(storm.pid, signal.SIGINT)  # the generator's workers too, and not the launched server
         out, err = storm.communicate(timeout=60)
     finally:
@@ -298,6 +334,28 @@ def test_ctrl_c_ends_the_storm_gracefully_and_keeps_what_was_measured(tmp_path):
     assert routes["errors"] == 0 and routes["answered"] > 100
     assert routes["throughput_per_s"] == pytest.approx(200, rel=0.2)  # over the measured seconds, not the planned 60
     assert "boot success" in (tmp_path / "cut" / "server.log").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_while_the_workers_start_ends_the_storm_at_once_without_a_traceback(tmp_path):
+    """Ctrl-C as soon as a worker process exists, while it is still importing: the storm workers were
+    started with SIGINT ignored, so none prints a traceback; the coordinator says nothing was measured
+    and ends its workers rather than waiting for them."""
+    storm = _start_storm_for_ctrl_c(tmp_path)
+    try:
+        _wait_for(storm, lambda: _storm_workers(storm), "starting its workers")
+        interrupted = time.monotonic()
+        os.killpg(storm.pid, signal.SIGINT)
+        out, err = storm.communicate(timeout=60)
+        ended_after_s = time.monotonic() - interrupted
+    finally:
+        if storm.poll() is None:
+            storm.kill()
+    assert storm.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert "heartbeat_storm: interrupted during bring-up, before the measured window: nothing was measured" in err
+    assert "run directory" not in out and not (tmp_path / "cut").exists()
+    assert ended_after_s < 8, "the coordinator waited for workers of an abandoned run"
 
 
 def test_a_kind_sent_but_never_answered_is_summarized_as_all_errors():

@@ -3,9 +3,10 @@
 Life: connect, bring its brokers up (one unmeasured registration each), report ready, wait for
 the coordinator's start time, then run the open or closed loop until the end time, drain, and
 ship the last delta. Every second it ships what it recorded (`Delta`) to the coordinator.
-Ctrl-C reaches the coordinator only (storm processes ignore SIGINT): it writes the moment it was
-pressed into the shared `cut` value, and the worker ends its loop there, drains briefly and
-reports as usual, so what was measured is kept.
+Ctrl-C reaches the coordinator only: storm processes are started with SIGINT ignored
+(`start_shielded_from_sigint`), so that holds from their first instruction. The
+coordinator writes the moment it was pressed into the shared `cut` value, and the worker ends its
+loop there, drains briefly and reports as usual, so what was measured is kept.
 
 With flaps (bench/storm/flaps.py) each of its brokers that is to flap has a connection of its
 own (as a real broker does), so closing it takes exactly that broker's routes away; while the
@@ -21,9 +22,10 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Coroutine, MutableSequence
+from collections.abc import Callable, Coroutine, Iterable, MutableSequence
 from dataclasses import dataclass, field
 from itertools import accumulate
+from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 
@@ -355,11 +357,24 @@ async def _sleep_until(deadline_ns: int) -> None:
     await asyncio.sleep(max(0.0, (deadline_ns - time.monotonic_ns()) / SECOND))
 
 
+def start_shielded_from_sigint(processes: Iterable[BaseProcess]) -> None:
+    """Start `processes` (spawned) with SIGINT ignored, so a Ctrl-C cannot interrupt their imports
+    with a traceback: a child inherits an ignored signal across exec and Python leaves it ignored
+    (SIG_IGN set in the child's target comes too late, and a blocked mask does not survive
+    multiprocessing's own starts). A Ctrl-C pressed during the starts themselves, a few
+    milliseconds, is dropped. Main thread only."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for process in processes:
+            process.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_reporting_failures(name: str, out: Queue, main: Callable[[], Coroutine[object, object, None]]) -> None:
     """A storm process's body: run `main` on a fresh event loop; any failure reaches the
     coordinator as ("error", name, traceback)."""
     logging.basicConfig(level=logging.WARNING, format=f"{name}: %(levelname)s %(message)s")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle (see the module doc)
     try:
         asyncio.run(main())
     except BaseException:  # noqa: BLE001 - report everything, the coordinator decides
