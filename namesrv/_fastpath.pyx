@@ -8,6 +8,7 @@ answer None ("parse it yourself") where its twin answers, never another value. I
 through the buffer protocol, so bytes, bytearray and memoryview all work without a copy; every
 length is checked against the buffer before a byte is read.
 """
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_Next
@@ -16,8 +17,11 @@ from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t, uint64_t
-from libc.stdio cimport snprintf
 from libc.string cimport memcmp, memcpy, memset, strlen
+
+
+cdef extern from "<string.h>":
+    void *memmem(const void *haystack, size_t haystack_len, const void *needle, size_t needle_len) nogil
 
 
 cdef extern from "Python.h":

@@ -244,13 +244,22 @@ def test_an_opaque_key_inside_ext_fields_is_never_mistaken_for_the_opaque(server
 
 
 @pytest.mark.usefixtures("each_fastpath")
-def test_a_chunk_is_answered_as_its_frames_are_one_by_one(server):
+@pytest.mark.parametrize("order_message_enable", [False, True])
+def test_a_chunk_is_answered_as_its_frames_are_one_by_one(tmp_path, order_message_enable):
     """`answer_all` (the chunk's cached route answers at once, then the rest one by one) answers what
-    `answer` answers frame by frame, and hands back the rest decoded."""
+    `answer` answers frame by frame, and hands back the rest decoded; with orderMessageEnable, a
+    topic's order configuration is part of its answer in the chunk too. A registration's header,
+    remembered in the same table as the route queries', is never looked up as a route."""
+    server = Server(tmp_path, order_message_enable=order_message_enable)
+    server.kv.put(ORDER_TOPIC_CONFIG, TOPICS[0], "b1:4")
     frames = [query(topic, serialize_type=serialize_type, opaque=opaque)
               for opaque, (topic, serialize_type) in enumerate(
                   [(t, s) for t in (*TOPICS, "NoSuchTopic") for s in (SerializeType.JSON, SerializeType.ROCKETMQ)] * 3)]
     frames.append(frame_of(RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, {"clusterName": "c1"}, opaque=99)))
+    wrapper = TopicConfigSerializeWrapper({t: TopicConfig(t, 4, 4) for t in TOPICS}, DataVersion(1, 1))
+    frames.append(frame_of(RemotingCommand.request(RequestCode.REGISTER_BROKER, {
+        "brokerName": "b1", "brokerAddr": "10.0.0.1:10911", "clusterName": "c1", "haServerAddr": "10.0.0.1:10912",
+        "brokerId": "0", "compressed": "false"}, body=wrapper.encode(), opaque=100)))
     for frame in frames:
         server.regular(frame)  # fills the route cache
     for _ in range(2):  # the first pass reads the headers, the second finds them remembered
@@ -258,4 +267,5 @@ def test_a_chunk_is_answered_as_its_frames_are_one_by_one(server):
         one_by_one = [server.answer(frame) for frame in frames]
         assert sorted(replies) == sorted(reply for reply in one_by_one if reply is not None)
         assert commands == [RemotingCommand.decode(frame) for frame, reply in zip(frames, one_by_one) if reply is None]
-        assert len(replies) == 3 * 2 * len(TOPICS)
+        assert sum(reply is not None for reply in one_by_one[:-2]) == 3 * 2 * len(TOPICS)
+        assert all(reply == server.regular(frame) for frame, reply in zip(frames[:-2], one_by_one) if reply is not None)

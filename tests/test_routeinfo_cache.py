@@ -186,6 +186,25 @@ def test_cache_byte_budget_evicts_least_recently_used():
     assert cache.topics() == {"c", "d"}
 
 
+
+def test_get_many_is_get_of_each_key_of_the_key_type():
+    """A chunk's lookups in one call: each key as `get` answers it; a key of another type (a
+    registration's entry in the reactor's header table, say) or None is answered None, even when
+    it looks like a (topic, variant) pair; only hits count as read for the second chance."""
+    class Query(tuple):
+        pass
+
+    cache = RouteBodyCache(max_bytes=10 * (100 + ENTRY_OVERHEAD))
+    cache.put("a", True, "s", b"A")
+    cache.put("b", False, "s", b"B")
+    cache.put("c", True, "old", b"C")
+    keys = [Query(("a", True)), None, ("a", True), Query(("b", True)), Query(("b", False)), Query(("c", True)),
+            Query(("zzz", True))]
+    assert cache.get_many(keys, "s", Query) == [b"A", None, None, None, b"B", None, None]
+    assert [cache.get(*key, "s") if type(key) is Query else None for key in keys] == cache.get_many(keys, "s", Query)
+    assert cache._referenced == {"a", "b"}
+
+
 # ---------------------------------------------------------------- the readers-writer lock
 
 

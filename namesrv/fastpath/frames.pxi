@@ -60,7 +60,7 @@ cdef bytes _stamp(bytes head, bytes tail, int opaque, const char *body, Py_ssize
         digits_len = 4
         _write_i32(<unsigned char *>digits, <int32_t>opaque)
     else:
-        digits_len = snprintf(digits, sizeof(digits), "%d", opaque)
+        digits_len = _write_decimal(digits, <int32_t>opaque)
     header_len = len(head) + digits_len + len(tail)
     total = 4 + header_len + body_len
     frame = PyBytes_FromStringAndSize(NULL, 4 + total)

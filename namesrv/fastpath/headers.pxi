@@ -184,16 +184,12 @@ cdef object _canonical_int32(const unsigned char *p, Py_ssize_t length):
 
 cdef object _opaque_key(const unsigned char *p, Py_ssize_t size):
     """`json_opaque_key` of the header at p[:size]."""
-    cdef Py_ssize_t at = -1, i = 0, comma = -1, value_at
+    cdef Py_ssize_t i, comma = -1, value_at
     cdef bytes key
-    while i + OPAQUE_KEY_LEN <= size:
-        if p[i] == 34 and memcmp(p + i, _OPAQUE_KEY, OPAQUE_KEY_LEN) == 0:
-            at = i
-            break
-        i += 1
-    if at < 0:
+    cdef const unsigned char *found = <const unsigned char *>memmem(p, size, _OPAQUE_KEY, OPAQUE_KEY_LEN)
+    if found == NULL:
         return None
-    value_at = at + OPAQUE_KEY_LEN
+    value_at = (found - p) + OPAQUE_KEY_LEN
     i = value_at
     while i < size:
         if p[i] == 44:

@@ -119,7 +119,7 @@ class InlineAnswers:
         replies: list[bytes] = []
         if routes.serving():
             keys, opaques = fastpath.json_opaque_keys(frames)
-            bodies = list(map(routes.cached_body, map(self.seen.json.table.get, keys)))
+            bodies = routes.cached_bodies(map(self.seen.json.table.get, keys))
             replies = fastpath.stamp_frames(routes.json.head, routes.json.tail, opaques, bodies)
             self._routes_answered += len(replies)
             if len(replies) == len(frames):

