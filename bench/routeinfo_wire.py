@@ -36,7 +36,7 @@ import psutil
 
 from bench.measure import percentile, tree_cpu_seconds, tree_rss_bytes
 from bench.scale_fleet import ScaleFleet
-from namesrv.protocol import RemotingCommand, RequestCode, ResponseCode
+from namesrv.protocol import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
 
 _RECV_BYTES = 1 << 16
 
@@ -53,13 +53,13 @@ class RoundResult:
 
 
 class _Connection:
-    __slots__ = ("broker", "sock", "out", "inbox", "sent_at", "busy")
+    __slots__ = ("broker", "sock", "out", "decoder", "sent_at", "busy")
 
     def __init__(self, broker: int, sock: socket.socket) -> None:
         self.broker = broker
         self.sock = sock
         self.out: list[memoryview] = []
-        self.inbox = bytearray()
+        self.decoder = FrameDecoder()
         self.sent_at = 0.0
         self.busy = False
 
@@ -126,13 +126,8 @@ class RegistrationDriver:
         data = connection.sock.recv(_RECV_BYTES)
         if not data:
             raise ConnectionError(f"the server closed broker {connection.broker}'s connection")
-        connection.inbox += data
-        while len(connection.inbox) >= 4:
-            length = int.from_bytes(connection.inbox[:4], "big")
-            if len(connection.inbox) < 4 + length:
-                return
-            response = RemotingCommand.decode(bytes(connection.inbox[4:4 + length]))
-            del connection.inbox[:4 + length]
+        for frame in connection.decoder.feed(data):
+            response = RemotingCommand.decode(frame)
             connection.busy = False
             self._pending -= 1
             if response.code == ResponseCode.SUCCESS:
@@ -208,8 +203,8 @@ def probe_routes(address: str, topics: list[str], rate: float, seconds: float, r
               for i, t in enumerate(topics)]
     latencies: list[float] = []
     failures = 0
+    decoder = FrameDecoder()
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        inbox = bytearray()
         start = time.perf_counter()
         sent = 0
         while True:
@@ -221,16 +216,14 @@ def probe_routes(address: str, topics: list[str], rate: float, seconds: float, r
                 time.sleep(pause)
             sock.sendall(picker.choice(frames))
             sent += 1
-            while len(inbox) < 4 or len(inbox) < 4 + int.from_bytes(inbox[:4], "big"):
+            answers: list[bytes] = []
+            while not answers:  # one query in flight: its answer is the one frame to come
                 chunk = sock.recv(_RECV_BYTES)
                 if not chunk:
                     raise ConnectionError("the server closed the route client's connection")
-                inbox += chunk
-            length = int.from_bytes(inbox[:4], "big")
+                answers = decoder.feed(chunk)
             latencies.append(time.perf_counter() - intended)
-            if RemotingCommand.decode(bytes(inbox[4:4 + length])).code != ResponseCode.SUCCESS:
-                failures += 1
-            del inbox[:4 + length]
+            failures += sum(RemotingCommand.decode(answer).code != ResponseCode.SUCCESS for answer in answers)
     results.put((latencies, failures))
 
 

@@ -242,9 +242,10 @@ def run_leg(address: str, pid: int | None, workload: Workload, generators: int, 
     for proc in procs:
         proc.start()
     time.sleep(max(0.0, start_at + warmup_s - time.monotonic()))
+    # the server's CPU over the measured window only (not the drain), on both columns
     cpu_before = 0.0 if server is None else tree_cpu_seconds(server)
     time.sleep(max(0.0, start_at + warmup_s + duration_s - time.monotonic()))
-    cpu_after = 0.0 if server is None else tree_cpu_seconds(server)  # the measured window only (not the drain), on both columns
+    cpu_after = 0.0 if server is None else tree_cpu_seconds(server)
     results = [out.get(timeout=duration_s + warmup_s + 40) for _ in procs]
     for proc in procs:
         proc.join(5)

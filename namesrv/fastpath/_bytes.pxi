@@ -36,8 +36,8 @@ cdef inline unsigned char *_write_bytes(unsigned char *p, const char *src, Py_ss
 
 @cython.cdivision(True)
 cdef inline Py_ssize_t _write_decimal(char *p, int32_t value) noexcept nogil:
-    """`value` in decimal as b"%d" writes it, at p (room for 11 bytes); its length. snprintf's
-    format parsing costs ten times this loop, once per stamped route answer."""
+    """`value` in decimal as b"%d" writes it, at p (room for 11 bytes); its length. snprintf costs
+    about 600 instructions more per stamped route answer (callgrind), most of it parsing "%d"."""
     cdef char reversed_digits[10]
     cdef Py_ssize_t count = 0, length = 0
     cdef uint32_t magnitude = <uint32_t>value
