@@ -8,7 +8,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.protocol import DataVersion, QueueData, TopicConfig, TopicConfigSerializeWrapper
 from namesrv.routeinfo import RouteInfoManager
 from namesrv.routeinfo.group_topics import SLACK, GroupTopics
-from namesrv.routeinfo.persist import decode, encode
+from namesrv.routeinfo.persist import decode, encode, export_routes, restore_routes
 
 
 def scan(table: dict[str, dict[str, object]], group: str) -> list[str]:
@@ -75,7 +75,7 @@ def test_the_route_table_walks_a_groups_topics_as_the_full_scan_would() -> None:
             routes.unregister_broker("C", f"10.0.0.{names.index(name)}:10911", name, 0)
         table = routes.snapshot().topic_queue_table
         for group in names:
-            walked = routes._topics_of(group)
+            walked = routes._queues.topics_of(group)
             assert len(set(walked)) == len(walked) and sorted(walked) == sorted(scan(table, group)), (step, group)
 
 
@@ -87,7 +87,7 @@ def test_a_topic_listed_by_many_groups_is_held_as_one_string() -> None:
                                broker_id=0, ha_server_addr=None, wrapper=TopicConfigSerializeWrapper(
                                    {name: TopicConfig(name, 4, 4) for name in names}, DataVersion(1, 0, 0)),
                                filter_server_list=None, channel=None)
-    first, second = routes._topics_of("broker-0"), routes._topics_of("broker-1")
+    first, second = routes._queues.topics_of("broker-0"), routes._queues.topics_of("broker-1")
     assert first == second == ["Topic-x", "Topic-y"] and all(a is b for a, b in zip(first, second))
 
 
@@ -104,7 +104,7 @@ def test_a_restored_topic_a_new_group_joins_is_still_held_as_one_string(tmp_path
 
     register(before, 0)
     after = RouteInfoManager(config, clock=lambda: 0)
-    after.restore_routes(decode(b"".join(encode(before.export_routes(), 0)))[1], 0)
+    restore_routes(after, decode(b"".join(encode(export_routes(before), 0)))[1], 0)
     register(after, 1)
-    first, second = after._topics_of("broker-0"), after._topics_of("broker-1")
+    first, second = after._queues.topics_of("broker-0"), after._queues.topics_of("broker-1")
     assert first == second == ["Topic-x", "Topic-y"] and all(a is b for a, b in zip(first, second))

@@ -307,7 +307,7 @@ def test_expiry_rechecks_under_the_write_lock(routes, clock):
     while lock._writers_waiting == 0:  # the scan found its candidate and waits for the write lock
         assert time.monotonic() < deadline
         time.sleep(0.001)
-    routes._live[("DefaultCluster", "10.0.0.1:10911")].last_update_timestamp = clock.now  # the heartbeat
+    routes._live.by_key[("DefaultCluster", "10.0.0.1:10911")].last_update_timestamp = clock.now  # the heartbeat
     lock.release_read()
     scan.join(10)
     assert result == [] and routes.pickup_topic_route("T1") is not None

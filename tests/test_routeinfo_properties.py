@@ -158,12 +158,13 @@ def check_consistent(routes: RouteInfoManager, config: NamesrvConfig) -> None:
     for key, live in tables.broker_live_table.items():
         if live.channel is not None:
             by_channel.setdefault(live.channel, set()).add(key)
-    assert routes._channel_keys == by_channel
-    assert set(routes._queue_pool) <= set(brokers)
-    assert routes._queue_datas == sum(map(len, tables.topic_queue_table.values())), "maxQueueDatas miscounts"
+    channel_index, pooled_groups, entries = routes.consistency_indexes()
+    assert channel_index == by_channel
+    assert pooled_groups <= set(brokers)
+    assert entries == sum(map(len, tables.topic_queue_table.values())), "maxQueueDatas miscounts"
 
     # Every cached body is what encoding the current route gives (no missed invalidation).
-    for topic, variants in routes._route_cache._entries.items():
+    for topic, variants in routes._changes.cache._entries.items():
         for standard, ((order, acting), body) in variants.items():
             if acting != config.support_acting_master:
                 continue  # unreachable: a lookup with the current switch misses it

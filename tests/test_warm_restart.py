@@ -18,7 +18,7 @@ from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import (DataVersion, RegisterBrokerBody, RequestCode, ResponseCode, TopicConfig,
                               TopicConfigSerializeWrapper, TopicRouteData)
 from namesrv.routeinfo import RouteInfoManager
-from namesrv.routeinfo.persist import FORMAT, MAGIC, RouteSnapshots, decode, encode, snapshot_path
+from namesrv.routeinfo.persist import FORMAT, MAGIC, RouteSnapshots, decode, encode, export_routes, restore_routes, snapshot_path
 from test_operator_http import RMQ, free_broker_port, get, java_reference_skip_reason, scrape
 
 NOW = 1_700_000_000_000
@@ -47,7 +47,7 @@ def routes_of(routes: RouteInfoManager) -> dict[str, TopicRouteData | None]:
 def test_the_snapshot_packed_topic_by_topic_is_the_document_packed_at_once(tmp_path) -> None:
     _, routes = manager(tmp_path)
     fill(routes)
-    exported = routes.export_routes()
+    exported = export_routes(routes)
     rows = [[topic, [[q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag] for q in entries]]
             for topic, entries in exported["queues"]]
     whole = msgpack.packb({"format": FORMAT, "takenAtMs": NOW, "routes": {**exported, "queues": rows}})
@@ -57,9 +57,9 @@ def test_the_snapshot_packed_topic_by_topic_is_the_document_packed_at_once(tmp_p
 def test_a_snapshot_restores_every_route_and_each_broker_as_just_registered(tmp_path) -> None:
     config, before = manager(tmp_path)
     fill(before)
-    taken = b"".join(encode(before.export_routes(), NOW))
+    taken = b"".join(encode(export_routes(before), NOW))
     _, after = manager(tmp_path, clock=lambda: NOW + 60_000)
-    sizes = after.restore_routes(decode(taken)[1], NOW + 50_000)
+    sizes = restore_routes(after, decode(taken)[1], NOW + 50_000)
     assert sizes == before.sizes() == {"brokers": 6, "clusters": 2, "brokerGroups": 3, "topics": 20, "queueDatas": 57}
     assert routes_of(after) == routes_of(before) and routes_of(after)["T5"] is not None
     assert after.cluster_info() == before.cluster_info()

@@ -40,9 +40,12 @@ from typing import Any
 import msgpack
 
 from namesrv.config import NamesrvConfig
+from namesrv.errors import ProtocolError
 from namesrv.kvconfig import write_atomically
+from namesrv.protocol.route import BrokerData, QueueData
+from namesrv.protocol.topic import DataVersion
 from namesrv.routeinfo.manager import RouteInfoManager
-from namesrv.routeinfo.model import now_ms
+from namesrv.routeinfo.model import BrokerLiveInfo, RouteTables, now_ms
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,54 @@ YIELD_EVERY = 1000
 
 class SnapshotError(Exception):
     """The file is not a route snapshot namesrv can restore."""
+
+
+def export_routes(routes: RouteInfoManager) -> dict[str, Any]:
+    """The topology under one read lock: groups, clusters, queue entries, filter servers, static-topic
+    mappings and each broker's address, HA address, timeout and DataVersion; not connections,
+    liveness or shortcuts. Plain data except "queues": (topic, [QueueData, ...]) pairs, the
+    immutable entries themselves, which `encode` turns into rows one topic at a time (10 million
+    rows made at once would hold a gigabyte). Only containers are copied: writers wait less."""
+    with routes.reading() as tables:
+        exported = {
+            "clusters": {cluster: sorted(names) for cluster, names in tables.clusters.items()},
+            "groups": [[g.cluster, g.broker_name, list(g.broker_addrs.items()), g.enable_acting_master, g.zone_name]
+                       for g in tables.brokers.values()],
+            "live": [[cluster, addr, live.ha_server_addr, live.heartbeat_timeout_millis,
+                      live.data_version.to_dict()] for (cluster, addr), live in tables.live.items()],
+            "filters": [[cluster, addr, list(servers)] for (cluster, addr), servers in tables.filters.items()],
+            "mappings": {topic: dict(infos) for topic, infos in tables.mappings.items()},
+        }
+        exported["queues"] = [(topic, list(by_group.values())) for topic, by_group in tables.topic_queues.items()]
+    return exported
+
+
+def restore_routes(routes: RouteInfoManager, exported: dict[str, Any], now: int) -> dict[str, int]:
+    """Replace every table of `routes` by an `export_routes` result; each broker counts as registered
+    at `now` (no connection yet). ValueError, changing nothing, for data that is not such a result
+    or holds more than maxBrokers / maxQueueDatas. Returns the sizes restored."""
+    config = routes.config
+    try:
+        live = {(cluster, addr): BrokerLiveInfo(now, timeout, DataVersion.from_dict(version), None, ha)
+                for cluster, addr, ha, timeout, version in exported["live"]}
+        topics = {topic: {name: QueueData(name, read, write, perm, flag) for name, read, write, perm, flag in rows}
+                  for topic, rows in exported["queues"]}
+        tables = RouteTables(
+            topics,
+            {name: BrokerData(cluster, name, {int(i): addr for i, addr in addrs}, bool(acting), zone)
+             for cluster, name, addrs, acting, zone in exported["groups"]},
+            {cluster: set(names) for cluster, names in exported["clusters"].items()},
+            live,
+            {(cluster, addr): list(servers) for cluster, addr, servers in exported["filters"]},
+            {topic: dict(infos) for topic, infos in exported["mappings"].items()})
+    except (KeyError, TypeError, ValueError, ProtocolError) as exc:
+        raise ValueError(f"not a route table: {type(exc).__name__}: {exc}") from None
+    queue_datas = sum(map(len, topics.values()))
+    if len(live) > config.max_brokers or queue_datas > config.max_queue_datas:
+        raise ValueError(f"{len(live)} brokers and {queue_datas} queue entries: more than maxBrokers "
+                         f"({config.max_brokers}) or maxQueueDatas ({config.max_queue_datas})")
+    routes.import_tables(tables, {})
+    return routes.sizes()
 
 
 def encode(routes: dict[str, Any], taken_ms: int) -> list[bytes | memoryview]:
@@ -97,7 +148,7 @@ def encode(routes: dict[str, Any], taken_ms: int) -> list[bytes | memoryview]:
 
 
 def decode(blob: bytes) -> tuple[int, dict[str, Any]]:
-    """(when it was taken, wall-clock ms; the tables as `RouteInfoManager.export_routes` gave them)."""
+    """(when it was taken, wall-clock ms; the tables as `export_routes` gave them)."""
     head = len(MAGIC) + _CRC.size
     if len(blob) < head or not blob.startswith(MAGIC):
         raise SnapshotError("not a namesrv route snapshot")
@@ -196,7 +247,7 @@ class RouteSnapshots:
                             "with no routes", path, age_s, max_age)
                 return False
             with no_collection():
-                sizes = self._routes.restore_routes(tables, now)
+                sizes = restore_routes(self._routes, tables, now)
         except FileNotFoundError:
             log.info("no route snapshot at %s: starting with no routes", path)
             return False
@@ -224,7 +275,7 @@ class RouteSnapshots:
         if not force and started < self._quiet_until:
             return False  # not touched either: the file no longer holds the routes served
         with no_collection():
-            parts = encode(routes.export_routes(), now_ms())
+            parts = encode(export_routes(routes), now_ms())
         write_atomically(self.path, parts, mode=0o600)
         self._saved_changes = changes
         took = self._clock() - started
