@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
@@ -69,17 +69,6 @@ class StaleTopicEntries(Exception):
 
 class RouteTableFull(Exception):
     """A registration would pass maxBrokers or maxQueueDatas: refused before it changes anything."""
-
-
-class TableView(NamedTuple):
-    """The live tables, for a reader holding the read lock (`RouteInfoManager.reading`): read only."""
-
-    topic_queues: dict[str, dict[str, QueueData]]
-    brokers: dict[str, BrokerData]
-    clusters: dict[str, set[str]]
-    live: dict[LiveKey, BrokerLiveInfo]
-    filters: dict[LiveKey, list[str]]
-    mappings: dict[str, dict[str, Any]]
 
 
 def _timeout(heartbeat_timeout_millis: int | None) -> int:
@@ -706,12 +695,12 @@ class RouteInfoManager:
     # ------------------------------------------------------------------ copies of the tables
 
     @contextmanager
-    def reading(self) -> Iterator[TableView]:
-        """The live tables under the read lock, for a reader that copies what it needs
-        (namesrv.routeinfo.persist); nothing may change them."""
+    def reading(self) -> Iterator[RouteTables]:
+        """The live tables themselves (not copies) under the read lock, for a reader that copies only
+        what it needs (namesrv.routeinfo.persist); nothing may change them."""
         with self._lock.read:
-            yield TableView(self._queues.by_topic, self._brokers, self._clusters, self._live.by_key, self._filters,
-                            self._mappings)
+            yield RouteTables(self._queues.by_topic, self._brokers, self._clusters, self._live.by_key, self._filters,
+                              self._mappings)
 
     def snapshot(self) -> RouteTables:
         """A deep copy of every table, taken under one read lock."""

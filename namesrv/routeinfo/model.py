@@ -108,7 +108,8 @@ class MinBrokerIdChange:
 
 @dataclass(frozen=True, slots=True)
 class RouteTables:
-    """A deep copy of the route table taken under one read lock (consistency checks, debugging)."""
+    """The route table's six tables: a copy taken under one read lock (`RouteInfoManager.snapshot`), or the
+    live tables themselves for a reader holding it (`RouteInfoManager.reading`)."""
 
     topic_queue_table: dict[str, dict[str, QueueData]]
     broker_addr_table: dict[str, BrokerData]

@@ -74,15 +74,15 @@ def export_routes(routes: RouteInfoManager) -> dict[str, Any]:
     rows made at once would hold a gigabyte). Only containers are copied: writers wait less."""
     with routes.reading() as tables:
         exported = {
-            "clusters": {cluster: sorted(names) for cluster, names in tables.clusters.items()},
+            "clusters": {cluster: sorted(names) for cluster, names in tables.cluster_addr_table.items()},
             "groups": [[g.cluster, g.broker_name, list(g.broker_addrs.items()), g.enable_acting_master, g.zone_name]
-                       for g in tables.brokers.values()],
+                       for g in tables.broker_addr_table.values()],
             "live": [[cluster, addr, live.ha_server_addr, live.heartbeat_timeout_millis,
-                      live.data_version.to_dict()] for (cluster, addr), live in tables.live.items()],
-            "filters": [[cluster, addr, list(servers)] for (cluster, addr), servers in tables.filters.items()],
-            "mappings": {topic: dict(infos) for topic, infos in tables.mappings.items()},
+                      live.data_version.to_dict()] for (cluster, addr), live in tables.broker_live_table.items()],
+            "filters": [[cluster, addr, list(servers)] for (cluster, addr), servers in tables.filter_server_table.items()],
+            "mappings": {topic: dict(infos) for topic, infos in tables.topic_queue_mapping_info_table.items()},
         }
-        exported["queues"] = [(topic, list(by_group.values())) for topic, by_group in tables.topic_queues.items()]
+        exported["queues"] = [(topic, list(by_group.values())) for topic, by_group in tables.topic_queue_table.items()]
     return exported
 
 
