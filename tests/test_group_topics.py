@@ -6,7 +6,7 @@ import random
 
 from namesrv.config import NamesrvConfig
 from namesrv.protocol import DataVersion, QueueData, TopicConfig, TopicConfigSerializeWrapper
-from namesrv.routeinfo import RouteInfoManager
+from namesrv.routeinfo import Registrant, RouteInfoManager
 from namesrv.routeinfo.group_topics import SLACK, GroupTopics
 from namesrv.routeinfo.persist import decode, encode, export_routes, restore_routes
 
@@ -56,9 +56,7 @@ def test_the_route_table_walks_a_groups_topics_as_the_full_scan_would() -> None:
         versions[name] += 1
         topics = pick.sample(range(300), pick.randint(0, 120))
         table = {f"T{t}": TopicConfig(f"T{t}", 4, 4) for t in topics}
-        routes.register_broker(cluster_name="C", broker_addr=f"10.0.0.{names.index(name)}:10911", broker_name=name,
-                               broker_id=0, ha_server_addr=None, wrapper=TopicConfigSerializeWrapper(
-                                   table, DataVersion(versions[name], 0, 0)), filter_server_list=None, channel=None)
+        routes.register(Registrant("C", f"10.0.0.{names.index(name)}:10911", name, 0), TopicConfigSerializeWrapper(                                    table, DataVersion(versions[name], 0, 0)), None, None)
 
     for step in range(400):
         name = pick.choice(names)
@@ -83,10 +81,7 @@ def test_a_topic_listed_by_many_groups_is_held_as_one_string() -> None:
     routes = RouteInfoManager(NamesrvConfig(kv_config_path="/nonexistent/kv.json"), clock=lambda: 0)
     for b in range(2):
         names = ["".join(["Topic", "-", x]) for x in "xy"]  # distinct string objects per registration, as decoded
-        routes.register_broker(cluster_name="C", broker_addr=f"10.0.0.{b}:10911", broker_name=f"broker-{b}",
-                               broker_id=0, ha_server_addr=None, wrapper=TopicConfigSerializeWrapper(
-                                   {name: TopicConfig(name, 4, 4) for name in names}, DataVersion(1, 0, 0)),
-                               filter_server_list=None, channel=None)
+        routes.register(Registrant("C", f"10.0.0.{b}:10911", f"broker-{b}", 0), TopicConfigSerializeWrapper(                                    {name: TopicConfig(name, 4, 4) for name in names}, DataVersion(1, 0, 0)), None, None)
     first, second = routes._queues.topics_of("broker-0"), routes._queues.topics_of("broker-1")
     assert first == second == ["Topic-x", "Topic-y"] and all(a is b for a, b in zip(first, second))
 
@@ -97,10 +92,7 @@ def test_a_restored_topic_a_new_group_joins_is_still_held_as_one_string(tmp_path
 
     def register(routes: RouteInfoManager, b: int) -> None:
         names = ["".join(["Topic", "-", x]) for x in "xy"]
-        routes.register_broker(cluster_name="C", broker_addr=f"10.0.0.{b}:10911", broker_name=f"broker-{b}",
-                               broker_id=0, ha_server_addr=None, wrapper=TopicConfigSerializeWrapper(
-                                   {name: TopicConfig(name, 4, 4) for name in names}, DataVersion(1, 0, 0)),
-                               filter_server_list=None, channel=None)
+        routes.register(Registrant("C", f"10.0.0.{b}:10911", f"broker-{b}", 0), TopicConfigSerializeWrapper(                                    {name: TopicConfig(name, 4, 4) for name in names}, DataVersion(1, 0, 0)), None, None)
 
     register(before, 0)
     after = RouteInfoManager(config, clock=lambda: 0)

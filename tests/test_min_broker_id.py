@@ -17,7 +17,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.protocol import (DataVersion, FrameDecoder, RegisterBrokerBody, RemotingCommand, RequestCode,
                               ResponseCode, TopicConfig, TopicConfigSerializeWrapper)
 from namesrv.protocol.codes import Version
-from namesrv.routeinfo import MinBrokerIdChange, RouteInfoManager
+from namesrv.routeinfo import MinBrokerIdChange, Registrant, RouteInfoManager
 
 START = 1_700_000_000_000
 MASTER, SLAVE1, SLAVE2 = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
@@ -44,10 +44,7 @@ class Group:
     def register(self, addr: str, broker_id: int, acting: bool | None = True, topics: tuple = ("T1", "T2"),
                  state: int = 0, timeout: int | None = None):
         wrapper = TopicConfigSerializeWrapper({t: TopicConfig(t, 4, 4) for t in topics}, DataVersion(1, START, state))
-        return self.routes.register_broker(cluster_name="c", broker_addr=addr, broker_name="g", broker_id=broker_id,
-                                           ha_server_addr=addr.replace("10911", "10912"), wrapper=wrapper,
-                                           filter_server_list=[], channel=channel(addr), enable_acting_master=acting,
-                                           heartbeat_timeout_millis=timeout)
+        return self.routes.register(Registrant("c", addr, "g", broker_id, addr.replace("10911", "10912"), timeout, acting), wrapper, [], channel(addr))
 
     def taken(self) -> list[MinBrokerIdChange]:
         changes = list(self.changes)

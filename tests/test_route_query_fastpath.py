@@ -19,6 +19,7 @@ from namesrv.processor import RequestProcessor
 from namesrv.protocol import DataVersion, RemotingCommand, RequestCode, SerializeType, TopicConfig, \
     TopicConfigSerializeWrapper
 from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, Version
+from namesrv.routeinfo import Registrant
 
 CLIENT = Channel("tcp", b"client-1", "10.0.0.100:50000")
 TOPICS = ["TopicA", "TopicB", "Tópico-ü"]
@@ -31,9 +32,7 @@ class Server(InlineServer):
     def __init__(self, tmp_path, **config) -> None:
         super().__init__(tmp_path, **config)
         wrapper = TopicConfigSerializeWrapper({t: TopicConfig(t, 4, 4) for t in TOPICS}, DataVersion(1, 1))
-        self.routes.register_broker(cluster_name="c1", broker_addr="10.0.0.1:10911", broker_name="b1", broker_id=0,
-                                    ha_server_addr=None, wrapper=wrapper, filter_server_list=[],
-                                    channel=Channel("tcp", b"broker", "10.0.0.1:5000"))
+        self.routes.register(Registrant("c1", "10.0.0.1:10911", "b1", 0), wrapper, [], Channel("tcp", b"broker", "10.0.0.1:5000"))
 
     def answer(self, frame: bytes) -> bytes | None:
         return self.inline(frame, CLIENT)

@@ -17,7 +17,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import (DataVersion, RegisterBrokerBody, RequestCode, ResponseCode, TopicConfig,
                               TopicConfigSerializeWrapper, TopicRouteData)
-from namesrv.routeinfo import RouteInfoManager
+from namesrv.routeinfo import Registrant, RouteInfoManager
 from namesrv.routeinfo.persist import FORMAT, MAGIC, RouteSnapshots, decode, encode, export_routes, restore_routes, snapshot_path
 from test_operator_http import RMQ, free_broker_port, get, java_reference_skip_reason, scrape
 
@@ -34,10 +34,7 @@ def fill(routes: RouteInfoManager, brokers: int = 3, topics: int = 20) -> None:
         for broker_id in (0, 1):
             table = {f"T{t}": TopicConfig(f"T{t}", 4 + b, 4, perm=6 if t % 2 else 4) for t in range(b, topics)}
             wrapper = TopicConfigSerializeWrapper(table, DataVersion(b + 1, NOW, 0))
-            routes.register_broker(cluster_name=f"C{b % 2}", broker_addr=f"127.0.0.1:{10911 + 10 * b + broker_id}",
-                                   broker_name=f"broker-{b}", broker_id=broker_id, ha_server_addr=f"127.0.0.1:{b}",
-                                   wrapper=wrapper, filter_server_list=[f"127.0.0.1:{20000 + b}"] if b else [],
-                                   channel=None)
+            routes.register(Registrant(f"C{b % 2}", f"127.0.0.1:{10911 + 10 * b + broker_id}", f"broker-{b}", broker_id, f"127.0.0.1:{b}"), wrapper, [f"127.0.0.1:{20000 + b}"] if b else [], None)
 
 
 def routes_of(routes: RouteInfoManager) -> dict[str, TopicRouteData | None]:

@@ -17,6 +17,7 @@ from namesrv.protocol import (DataVersion, RegisterBrokerBody, RemotingCommand, 
 from namesrv.protocol.codes import Version
 from namesrv.protocol.msgpack_codec import decode_msgpack, encode_msgpack
 from namesrv.protocol.route import BrokerData, QueueData, TopicRouteData
+from namesrv.routeinfo import Registrant
 from namesrv.routeinfo.zones import ZONE_MODE, ZONE_NAME, requested_zone, zone_key, zone_route
 
 CLIENT = Channel("tcp", b"client-1", "10.0.0.100:50000")
@@ -122,10 +123,7 @@ class Server(InlineServer):
 
     def register(self, name: str, addr: str, broker_id: int, zone: str | None, acting: bool = False) -> None:
         wrapper = TopicConfigSerializeWrapper({t: TopicConfig(t, 4, 4) for t in ("T1", "T2")}, DataVersion(1, 1))
-        result = self.routes.register_broker(cluster_name="c1", broker_addr=addr, broker_name=name,
-                                             broker_id=broker_id, ha_server_addr=None, wrapper=wrapper,
-                                             filter_server_list=[], channel=Channel("tcp", name.encode(), addr),
-                                             zone_name=zone, enable_acting_master=acting)
+        result = self.routes.register(Registrant("c1", addr, name, broker_id, None, None, acting, zone), wrapper, [], Channel("tcp", name.encode(), addr))
         assert result is not None
 
     def query(self, ext: dict[str, str] | None = None, *, topic: str = "T1", version: int = Version.V5_3_3,

@@ -15,6 +15,7 @@ bodyCrc32 value only. Such a JSON header is not parsed again but rebound (`crc_f
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import NamedTuple
 
 from namesrv import fastpath
@@ -66,7 +67,7 @@ class PreparedRegistration(NamedTuple):
         r, h = self.request, self.header
         request = RemotingCommand(r.code, language=r.language, version=r.version, flag=r.flag, remark=r.remark,
                                   ext_fields={**r.ext_fields, "bodyCrc32": text}, serialize_type=r.serialize_type)
-        return PreparedRegistration(RegistrationHeader(h.identity, int(text), h.compressed, h.version), request)
+        return PreparedRegistration(replace(h, body_crc32=int(text)), request)
 
 
 def crc_free(key: bytes) -> tuple[bytes, bytes] | None:
@@ -95,7 +96,7 @@ class InlineAnswers:
         """`registrations=False`: registrations are only read here, never applied (worker processes
         apply every write in the write log's order, namesrv.writelog)."""
         self.route_queries = RouteQueryFastPath(ctx)
-        self.registrations = RegistrationFastPath(ctx, process) if registrations else None
+        self.registrations = RegistrationFastPath(process) if registrations else None
         self.seen: SeenHeaders[Inline] = SeenHeaders(HeaderReader())
         #: The answers given here (namesrv.request_stats; the controller counts it in the server's totals).
         self.tally = RequestTally()
@@ -173,7 +174,7 @@ class InlineAnswers:
         request = what.with_(opaque, frame[body_at:] or None, len(frame))
         if self.registrations is None:
             return request
-        answered = self.registrations.answer(what.header, request, channel)
+        answered = self.registrations.answer(request, channel)
         if answered is None:
             return request
         reply, response = answered

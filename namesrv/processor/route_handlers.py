@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
-from namesrv.processor.context import Change, HandlerContext, Refusal, WriteHandler
+from namesrv.processor.context import Change, HandlerContext, Hints, Refusal, WriteHandler
 from namesrv.processor.header import RequestHeader
 from namesrv.processor.route_input import IllegalRoute, check_queues, check_topic
 from namesrv.processor.route_push import SubscriptionRefused, route_entry
@@ -90,7 +90,7 @@ def get_broker_member_group(ctx: HandlerContext, request: RemotingCommand, chann
     return request.make_response(ResponseCode.SUCCESS, body=group.encode())
 
 
-def _prepare_broker_name(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: bool) -> Change:
+def _prepare_broker_name(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: Hints) -> Change:
     return RequestHeader(request).text("brokerName")
 
 
@@ -112,7 +112,7 @@ wipe_write_perm_of_broker = WriteHandler(_prepare_broker_name, _apply_wipe_write
 add_write_perm_of_broker = WriteHandler(_prepare_broker_name, _apply_add_write_perm, _answer_count("addTopicCount"))
 
 
-def _prepare_topic_deletion(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: bool) -> Change:
+def _prepare_topic_deletion(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: Hints) -> Change:
     header = RequestHeader(request)
     return header.required_text("topic"), header.text("clusterName")
 
@@ -125,7 +125,7 @@ delete_topic_in_namesrv = WriteHandler(_prepare_topic_deletion, _apply_topic_del
 
 
 def _prepare_topic_registration(ctx: HandlerContext, request: RemotingCommand, channel: Channel,
-                                hints: bool) -> Change | RemotingCommand:
+                                hints: Hints) -> Change | RemotingCommand:
     """Only the body's queueDatas are used; brokers that are not registered stop the call (as RocketMQ)."""
     topic = RequestHeader(request).required_text("topic")
     route = TopicRouteData.decode(request.body) if request.body else None

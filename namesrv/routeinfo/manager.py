@@ -48,6 +48,7 @@ from namesrv.routeinfo.model import (
     BrokerLiveInfo,
     LiveKey,
     MinBrokerIdChange,
+    Registrant,
     RemovedBroker,
     RouteTables,
     now_ms,
@@ -116,110 +117,80 @@ class RouteInfoManager:
 
     # ------------------------------------------------------------------ registration
 
-    def register_broker(
-        self,
-        *,
-        cluster_name: str,
-        broker_addr: str,
-        broker_name: str,
-        broker_id: int,
-        ha_server_addr: str | None,
-        wrapper: TopicConfigSerializeWrapper | TopicQueueTable,
-        filter_server_list: list[str] | None,
-        channel: Channel | None,
-        zone_name: str | None = None,
-        heartbeat_timeout_millis: int | None = None,
-        enable_acting_master: bool | None = None,
-        body_fingerprint: Hashable | None = None,
-    ) -> RegisterBrokerResult | None:
+    def register(self, registrant: Registrant, table: TopicConfigSerializeWrapper | TopicQueueTable,
+                 filter_servers: list[str] | None, channel: Channel | None,
+                 fingerprint: Hashable | None = None) -> RegisterBrokerResult | None:
         """RocketMQ 5.x registerBroker (reference 4.2, steps 1-13).
 
-        `wrapper` is the broker's topic table: the server passes a TopicQueueTable (only the queue
+        `table` is the broker's topic table: the server passes a TopicQueueTable (only the queue
         fields of each topic, decoded without TopicConfig objects); a TopicConfigSerializeWrapper
-        is read the same way. Returns None when the single-topic guard refuses the registration
-        (the caller answers "register broker failed"); an empty result when a newer broker holds this id.
-        `body_fingerprint` identifies the undecoded body (anything hashable that changes whenever
-        the decoded wrapper and filter list could): given, the next identical registration can
-        take `refresh_registration`.
+        is read the same way. `filter_servers` None leaves the broker's as they are. Returns None
+        when the single-topic guard refuses the registration (the caller answers "register broker
+        failed"); an empty result when a newer broker holds this id. `fingerprint` identifies the
+        undecoded body (anything hashable that changes whenever the decoded table and filter list
+        could): given, the next identical registration can take `refresh`.
         """
-        registration = (body_fingerprint, broker_name, broker_id, ha_server_addr, zone_name,
-                        heartbeat_timeout_millis, enable_acting_master)
         with self._lock.write:
-            return self._register_locked(cluster_name, broker_addr, broker_name, broker_id, ha_server_addr, wrapper,
-                                         filter_server_list, channel, zone_name, heartbeat_timeout_millis,
-                                         enable_acting_master, None if body_fingerprint is None else registration)
+            return self._register_locked(registrant, table, filter_servers, channel,
+                                         None if fingerprint is None else (registrant, fingerprint))
 
-    def refresh_registration(
-        self,
-        *,
-        cluster_name: str,
-        broker_addr: str,
-        broker_name: str,
-        broker_id: int,
-        ha_server_addr: str | None,
-        body_fingerprint: Hashable,
-        channel: Channel | None,
-        zone_name: str | None = None,
-        heartbeat_timeout_millis: int | None = None,
-        enable_acting_master: bool | None = None,
-    ) -> RegisterBrokerResult | None:
+    def refresh(self, registrant: Registrant, fingerprint: Hashable,
+                channel: Channel | None) -> RegisterBrokerResult | None:
         """The periodic re-registration of an unchanged broker, without decoding its body.
 
-        Applies only when `register_broker` would change nothing but liveness and the channel:
-        the same header and body fingerprint as this broker's last registration, its group still
-        as that registration left it, and (for a member that applies topics) none of the group's
-        queue entries changed since, so no topic is missing that the body would restore. Returns
-        that registration's result, or None: then decode the body and call `register_broker`.
+        Applies only when `register` would change nothing but liveness and the channel: the same
+        registrant and body fingerprint as this broker's last registration, its group still as that
+        registration left it, and (for a member that applies topics) none of the group's queue
+        entries changed since, so no topic is missing that the body would restore. Returns that
+        registration's result, or None: then decode the body and call `register`.
         """
-        registration = (body_fingerprint, broker_name, broker_id, ha_server_addr, zone_name,
-                        heartbeat_timeout_millis, enable_acting_master)
-        key = (cluster_name, broker_addr)
+        key = (registrant.cluster_name, registrant.broker_addr)
+        broker_name, broker_id = registrant.broker_name, registrant.broker_id
         with self._lock.write:
             live = self._live.by_key.get(key)
+            if live is None or live.registration != (registrant, fingerprint):
+                return None
             group = self._brokers.get(broker_name)
-            if (live is None or live.registration != registration or group is None
-                    or group.broker_addrs.get(broker_id) != broker_addr
-                    or broker_name not in self._clusters.get(cluster_name, ())
-                    or group.enable_acting_master != bool(enable_acting_master) or group.zone_name != zone_name
+            acting = registrant.enable_acting_master
+            if (group is None or group.broker_addrs.get(broker_id) != registrant.broker_addr
+                    or broker_name not in self._clusters.get(registrant.cluster_name, ())
+                    or group.enable_acting_master != bool(acting) or group.zone_name != registrant.zone_name
                     or self._config.delete_topic_with_broker_registration):
                 return None
-            applies_topics = broker_id == MASTER_ID or (
-                enable_acting_master is not None and broker_id == min(group.broker_addrs))
+            applies_topics = broker_id == MASTER_ID or (acting is not None and broker_id == min(group.broker_addrs))
             if applies_topics and not (live.topics_applied and self._queues_unchanged_since(live, broker_name)):
                 return None
             live.last_update_timestamp = self._clock()
             if live.channel != channel:
                 self._live.set_channel(key, live, channel)
             self.registrations["unchanged"] += 1
-            return self._master_of_locked(group, cluster_name, broker_id)
+            return self._master_of_locked(group, registrant.cluster_name, broker_id)
 
-    def topic_entries(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int) -> bytes | None:
+    def topic_entries(self, registrant: Registrant) -> bytes | None:
         """The topic entries of this master's last registration when the route table still holds
-        exactly them (no lock: a hint for `decode_registration`'s `previous`, which
-        `register_broker` checks again under it)."""
-        live = self._live.by_key.get((cluster_name, broker_addr))
+        exactly them (no lock: a hint for `decode_registration`'s `previous`, which `register`
+        checks again under it)."""
+        live = self._live.by_key.get((registrant.cluster_name, registrant.broker_addr))
         entries = None if live is None else live.topic_entries
-        return entries if self._holds_entries_locked(cluster_name, broker_addr, broker_name, broker_id, entries) \
-            else None
+        return entries if self._holds_entries_locked(registrant, entries) else None
 
     def registration_fingerprint(self, cluster_name: str, broker_addr: str) -> Hashable | None:
         """The body fingerprint of this broker's last registration, if it gave one (no lock: a
-        hint for whether `refresh_registration` is worth trying, which checks again under it)."""
+        hint for whether `refresh` is worth trying, which checks again under it)."""
         live = self._live.by_key.get((cluster_name, broker_addr))
         registration = None if live is None else live.registration
-        return None if registration is None else registration[0]
+        return None if registration is None else registration[1]
 
-    def _register_locked(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
-                         ha_server_addr: str | None, wrapper: TopicConfigSerializeWrapper | TopicQueueTable,
-                         filter_server_list: list[str] | None, channel: Channel | None, zone_name: str | None,
-                         heartbeat_timeout_millis: int | None, enable_acting_master: bool | None,
-                         registration: tuple | None) -> RegisterBrokerResult | None:
+    def _register_locked(self, registrant: Registrant, wrapper: TopicConfigSerializeWrapper | TopicQueueTable,
+                         filter_server_list: list[str] | None, channel: Channel | None,
+                         registration: tuple[Registrant, Hashable] | None) -> RegisterBrokerResult | None:
+        (cluster_name, broker_addr, broker_name, broker_id, ha_server_addr, heartbeat_timeout_millis,
+         enable_acting_master, zone_name) = registrant
         group = self._brokers.get(broker_name)
         topics = wrapper.queue_fields()
         decoded = wrapper if isinstance(wrapper, TopicQueueTable) else None  # only a decoded table has entries
         omitted = 0 if decoded is None else decoded.omitted
-        if omitted and not self._holds_entries_locked(cluster_name, broker_addr, broker_name, broker_id,
-                                                      decoded.omitted_since):
+        if omitted and not self._holds_entries_locked(registrant, decoded.omitted_since):
             raise StaleTopicEntries(f"{broker_name}[{broker_id}] {broker_addr}: the route table changed since "
                                     f"the entries {omitted} topics were left out against")
         # Step 7, checked first: an incremental single-topic registration must follow a full one
@@ -305,17 +276,18 @@ class RouteInfoManager:
             raise RouteTableFull(f"{new} new topic queue entries would pass maxQueueDatas={limit} "
                                  f"({self._queues.count} held)")
 
-    def _holds_entries_locked(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
-                              entries: bytes | None) -> bool:  # also called without the lock, for a hint
+    def _holds_entries_locked(self, registrant: Registrant, entries: bytes | None) -> bool:  # also lock-free (a hint)
         """Does the route table still hold exactly the topic entries this master registered last
         as `entries`, so that the entries of a new registration found unchanged against them need
         no applying? (Equal entries — compared by value, as a worker process gets them through
         the write log —, the same group and id, and no change to the group's queue entries since;
         the deleting mode needs every topic listed.)"""
-        live = self._live.by_key.get((cluster_name, broker_addr))
-        return (live is not None and entries is not None and live.topic_entries == entries
-                and live.registration is not None and live.registration[1:3] == (broker_name, broker_id)
-                and self._queues_unchanged_since(live, broker_name)
+        live = self._live.by_key.get((registrant.cluster_name, registrant.broker_addr))
+        if live is None or entries is None or live.topic_entries != entries or live.registration is None:
+            return False
+        registered = live.registration[0]
+        return (registered.broker_name == registrant.broker_name and registered.broker_id == registrant.broker_id
+                and self._queues_unchanged_since(live, registrant.broker_name)
                 and not self._config.delete_topic_with_broker_registration)
 
     def _queues_unchanged_since(self, live: BrokerLiveInfo, broker_name: str) -> bool:
@@ -539,7 +511,7 @@ class RouteInfoManager:
         """Drop the topic, or only its queues on the brokers of `cluster_name`."""
         with self._lock.write:
             queues = self._queues
-            groups = list(self._clusters.get(cluster_name, ())) if cluster_name else list(queues.by_topic.get(topic, ()))
+            groups = list(self._clusters.get(cluster_name, ()) if cluster_name else queues.by_topic.get(topic, ()))
             for broker_name in groups:
                 queues.remove(topic, broker_name)
 
@@ -727,7 +699,8 @@ class RouteInfoManager:
             self._queues.replace(tables.topic_queue_table, queue_changes)
 
     def _snapshot_locked(self) -> RouteTables:
-        return RouteTables({topic: dict(queues) for topic, queues in self._queues.by_topic.items()},  # immutable entries
+        # Topic dicts are copied; their QueueData entries are immutable and shared.
+        return RouteTables({topic: dict(queues) for topic, queues in self._queues.by_topic.items()},
                            {n: g.copy() for n, g in self._brokers.items()},
                            {c: set(names) for c, names in self._clusters.items()},
                            {k: replace(v) for k, v in self._live.items()},

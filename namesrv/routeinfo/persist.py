@@ -79,7 +79,8 @@ def export_routes(routes: RouteInfoManager) -> dict[str, Any]:
                        for g in tables.broker_addr_table.values()],
             "live": [[cluster, addr, live.ha_server_addr, live.heartbeat_timeout_millis,
                       live.data_version.to_dict()] for (cluster, addr), live in tables.broker_live_table.items()],
-            "filters": [[cluster, addr, list(servers)] for (cluster, addr), servers in tables.filter_server_table.items()],
+            "filters": [[cluster, addr, list(servers)]
+                        for (cluster, addr), servers in tables.filter_server_table.items()],
             "mappings": {topic: dict(infos) for topic, infos in tables.topic_queue_mapping_info_table.items()},
         }
         exported["queues"] = [(topic, list(by_group.values())) for topic, by_group in tables.topic_queue_table.items()]
