@@ -174,7 +174,7 @@ def _parse(data: bytes) -> dict[str, dict[str, str | None]]:
     root = jsonbody.expect(jsonbody.loads(data, what), dict, what)
     table: dict[str, dict[str, str | None]] = {}
     for namespace, entries in jsonbody.get_dict(root, "configTable", what).items():
-        jsonbody.expect(entries, dict, f"{what} namespace {namespace}")
+        jsonbody.expect(entries, dict, what, " namespace ", namespace)
         table[namespace] = {key: _text(value, f"{what} {namespace}/{key}") for key, value in entries.items()
                             if value is not None}
     return table

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from xxhash import xxh3_64_intdigest
@@ -23,11 +22,10 @@ from namesrv.routeinfo.zones import ZONE_NAME
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class RegistrationHeader:
+class RegistrationHeader(NamedTuple):
     """What REGISTER_BROKER's header says: who registers (`registrant`), the body's announced CRC32,
     and what the decoded body depends on besides its bytes (`body_form`: the codec flag and the
-    sender's version thresholds)."""
+    sender's version thresholds). A tuple: the reactor makes one per new DataVersion it reads."""
 
     registrant: Registrant
     body_crc32: int
@@ -48,28 +46,23 @@ class RegistrationHeader:
         return cls(registrant, header.integer("bodyCrc32", bits=32) or 0, compressed, version,
                    (compressed, version >= Version.V3_0_11, version >= Version.V5_0_0))
 
-    def fingerprint(self, body: bytes, crc: int) -> Fingerprint:
-        """Everything the decoded body depends on: its bytes, the codec flag, the version thresholds.
-
-        The body's length, its CRC32 (`crc`) and its 64-bit XXH3: independent checksums. They
-        only guard against accidental equality: a broker can only ever collide with its own
-        previous registration, and whatever it sends is taken as its topic table anyway.
-        """
-        return (len(body), crc, xxh3_64_intdigest(body), *self.body_form)
-
-    def repeats(self, body: bytes, stored: Fingerprint | None) -> bool:
-        """Is `body` the one of `stored` (the fingerprint of the broker's last registration), and
-        does the announced CRC32 hold for it? Then the CRC32 need not be computed: the body's is
-        the stored one, which the check passes exactly when it is announced (or 0 is)."""
-        return (stored is not None and stored[0] == len(body) and stored[3:] == self.body_form
-                and (self.body_crc32 == 0 or self.body_crc32 == stored[1]) and stored[2] == xxh3_64_intdigest(body))
+    def repeats(self, body: bytes | memoryview, digest: int, stored: Fingerprint | None) -> bool:
+        """Is `body` (of XXH3 `digest`) the one of `stored` (the fingerprint of the broker's last
+        registration), and does the announced CRC32 hold for it? Then the CRC32 need not be
+        computed: the body's is the stored one, which the check passes exactly when it is announced
+        (or 0 is)."""
+        return (stored is not None and stored[0] == len(body) and stored[2] == digest and stored[3:] == self.body_form
+                and (self.body_crc32 == 0 or self.body_crc32 == stored[1]))
 
     def body_intact(self, crc: int) -> bool:
         """Is `crc` (the body's masked CRC32) the announced one? Announcing 0 skips the check."""
         return self.body_crc32 == 0 or crc == self.body_crc32
 
 
-#: A registration body's fingerprint: (length, CRC32, XXH3, compressed, >= 3.0.11, >= 5.0.0).
+#: A registration body's fingerprint: everything its decode depends on, (length, CRC32, XXH3,
+#: compressed, >= 3.0.11, >= 5.0.0). The CRC32 and the XXH3 are independent checksums; they only
+#: guard against accidental equality: a broker can only ever collide with its own previous
+#: registration, and whatever it sends is taken as its topic table anyway.
 Fingerprint = tuple[int, int, int, bool, bool, bool]
 
 
@@ -122,10 +115,11 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
     """
     registration = request.typed_header(RegistrationHeader)
     registrant = registration.registrant
-    body = request.body or b""
+    body = request.body or b""  # bytes, or (from the reactor) a memoryview of the frame
+    digest = xxh3_64_intdigest(body)
     if hints:
         stored = ctx.routes.registration_fingerprint(registrant.cluster_name, registrant.broker_addr)
-        if registration.repeats(body, stored):
+        if registration.repeats(body, digest, stored):
             return RegistrationChange(registrant, stored)
     crc = request.body_crc32()
     if not registration.body_intact(crc):
@@ -152,7 +146,7 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
     if request.body is None and request.version >= Version.V3_0_11:
         filter_servers = []  # RocketMQ's empty RegisterBrokerBody has an empty (not null) filter-server list
     version = table.data_version
-    return RegistrationChange(registrant, registration.fingerprint(body, crc), TopicTableChange(
+    return RegistrationChange(registrant, (len(body), crc, digest, *registration.body_form), TopicTableChange(
         table.topics, (version.counter, version.timestamp, version.state_version), table.topic_queue_mapping_info_map,
         table.entries, table.omitted, table.omitted_since), filter_servers)
 
@@ -160,7 +154,8 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
 def apply_registration(ctx: HandlerContext, change: Change, channel: Channel) -> RegisterBrokerResult | None | object:
     """The route table's registration; None when its single-topic guard refuses, RETRY when the
     hint the change was prepared with (an unchanged body, unchanged topic entries) does not hold."""
-    registrant, fingerprint, table, filter_servers = RegistrationChange.of(change)
+    registrant, fingerprint, table, filter_servers = change if type(change) is RegistrationChange \
+        else RegistrationChange.of(change)
     if table is None:
         result = ctx.routes.refresh(registrant, fingerprint, channel)
         return RETRY if result is None else result

@@ -31,7 +31,7 @@ def topic_count_beyond(limit: int, body: bytes | None, compressed: bool, version
         return None
     if version >= Version.V3_0_11 and compressed:
         count = compressed_topic_count(body)
-    elif len(body) <= 4 * limit or body.count(b"{") <= limit:
+    elif len(body) <= 4 * limit or bytes(body).count(b"{") <= limit:  # the reactor's body is a memoryview
         return None
     else:
         count = _json_topic_count(body, version)

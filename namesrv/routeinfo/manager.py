@@ -59,6 +59,8 @@ from namesrv.routeinfo.zones import zone_key, zone_route
 
 log = logging.getLogger(__name__)
 
+#: The result of a registration that learns no master (a master's, or a slave's whose master is away).
+_NO_MASTER = RegisterBrokerResult()
 #: Topics a broker group uses to sync its members; never rewritten for acting masters (4.7 step 5).
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 
@@ -161,7 +163,7 @@ class RouteInfoManager:
             if applies_topics and not (live.topics_applied and self._queues_unchanged_since(live, broker_name)):
                 return None
             live.last_update_timestamp = self._clock()
-            if live.channel != channel:
+            if live.channel is not channel and live.channel != channel:
                 self._live.set_channel(key, live, channel)
             self.registrations["unchanged"] += 1
             return self._master_of_locked(group, registrant.cluster_name, broker_id)
@@ -227,7 +229,7 @@ class RouteInfoManager:
                 self._set_filters((cluster_name, broker_addr), [])
                 if group_changed:
                     self._queues.group_changed(broker_name)
-                return RegisterBrokerResult()
+                return _NO_MASTER
         group.broker_addrs[broker_id] = broker_addr  # step 8
         if old_addr != broker_addr:
             group_changed = True
@@ -296,14 +298,12 @@ class RouteInfoManager:
 
     def _master_of_locked(self, group: BrokerData, cluster_name: str, broker_id: int) -> RegisterBrokerResult:
         """A slave learns its live master's address and HA address."""
-        result = RegisterBrokerResult()
         if broker_id != MASTER_ID:
             master_addr = group.broker_addrs.get(MASTER_ID)
             master_live = None if master_addr is None else self._live.by_key.get((cluster_name, master_addr))
             if master_live is not None:
-                result.master_addr = master_addr
-                result.ha_server_addr = master_live.ha_server_addr
-        return result
+                return RegisterBrokerResult(master_live.ha_server_addr, master_addr)
+        return _NO_MASTER
 
     def _apply_topic_configs(self, broker_name: str, table: dict[str, QueueFields], listed: int,
                              mappings: dict[str, Any], register_first: bool, version_changed: bool,
