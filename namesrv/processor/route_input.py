@@ -34,13 +34,18 @@ class IllegalRoute(ValueError):
 
 def check_names(registrant: Registrant) -> None:
     """Who a registration says it is (`RegistrationHeader.registrant`)."""
-    for field, wire_name in (("cluster_name", "clusterName"), ("broker_name", "brokerName"),
-                             ("broker_addr", "brokerAddr"), ("ha_server_addr", "haServerAddr"),
-                             ("zone_name", "__ZONE_NAME")):
-        value = getattr(registrant, field)
+    for value in (registrant.cluster_name, registrant.broker_name, registrant.broker_addr, registrant.ha_server_addr,
+                  registrant.zone_name):
         if value is not None and (len(value) > MAX_NAME_LENGTH or not value.isprintable()):
-            raise IllegalRoute(f"{wire_name} {value[:64]!r} is illegal: at most {MAX_NAME_LENGTH} characters, "
-                               "no control characters")
+            for field, wire_name in _NAMES:
+                if getattr(registrant, field) == value:
+                    raise IllegalRoute(f"{wire_name} {value[:64]!r} is illegal: at most {MAX_NAME_LENGTH} "
+                                       "characters, no control characters")
+
+
+#: The registrant's fields `check_names` checks, with their names on the wire.
+_NAMES = (("cluster_name", "clusterName"), ("broker_name", "brokerName"), ("broker_addr", "brokerAddr"),
+          ("ha_server_addr", "haServerAddr"), ("zone_name", "__ZONE_NAME"))
 
 
 def check_topic(topic: Any) -> None:

@@ -14,6 +14,8 @@ from namesrv.errors import ProtocolError
 from namesrv.protocol.jsonbody import as_int, dumps, expect, get_bool, get_dict, get_int, get_list, get_str, string_list
 
 _INT32 = struct.Struct(">i")
+#: Every JSON integer of smaller magnitude is a Java long (one below -2**63 is too: get_int decides those).
+_LONG_LIMIT = 1 << 63
 #: TopicFilterType's names.
 FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 #: One topic as the route table reads it: (topicName, readQueueNums, writeQueueNums, perm, topicSysFlag).
@@ -45,6 +47,11 @@ class DataVersion(NamedTuple):
     @classmethod
     def from_dict(cls, obj: Any, what: str = "DataVersion") -> DataVersion:
         expect(obj, dict, what)
+        get = obj.get
+        counter, timestamp, state = get("counter"), get("timestamp"), get("stateVersion")
+        if type(counter) is int and type(timestamp) is int and type(state) is int and max(
+                abs(counter), abs(timestamp), abs(state)) < _LONG_LIMIT:  # what every broker sends, read at once
+            return cls(counter, timestamp, state)
         return cls(get_int(obj, "counter", 0, what), get_int(obj, "timestamp", 0, what),
                    get_int(obj, "stateVersion", 0, what))
 

@@ -74,11 +74,6 @@ class RouteTableFull(Exception):
     """A registration would pass maxBrokers or maxQueueDatas: refused before it changes anything."""
 
 
-def _timeout(heartbeat_timeout_millis: int | None) -> int:
-    """The header's heartbeat timeout, or RocketMQ's 120 s default."""
-    return DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if heartbeat_timeout_millis is None else heartbeat_timeout_millis
-
-
 class RouteInfoManager:
     """Brokers, their topics and liveness; answers every route and topic-list query."""
 
@@ -202,7 +197,10 @@ class RouteInfoManager:
                         broker_name, broker_id, broker_addr, list(topics))
             return None
         self._check_room_locked((cluster_name, broker_addr), broker_name, topics)
-        self._clusters.setdefault(cluster_name, set()).add(broker_name)  # step 1
+        names = self._clusters.get(cluster_name)  # step 1
+        if names is None:
+            names = self._clusters[cluster_name] = set()
+        names.add(broker_name)
         register_first = group is None  # step 2
         if group is None:
             group = self._brokers[broker_name] = BrokerData(cluster_name, broker_name, {})
@@ -250,8 +248,9 @@ class RouteInfoManager:
         entries = decoded.entries if decoded is not None and is_master and (register_first or version_changed) \
             else None
         self._live.set(key, BrokerLiveInfo(  # step 11
-            self._clock(), _timeout(heartbeat_timeout_millis), wrapper.data_version, channel, ha_server_addr,
-            registration, is_master or is_prime_slave, self._queues.changes_of(broker_name), entries))
+            self._clock(), DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if heartbeat_timeout_millis is None
+            else heartbeat_timeout_millis, wrapper.data_version, channel, ha_server_addr, registration,
+            is_master or is_prime_slave, self._queues.changes_of(broker_name), entries))
         if previous is None:
             log.info("new broker registered: %s[%d] %s of cluster %s, HA %s", broker_name, broker_id, broker_addr,
                      cluster_name, ha_server_addr)
@@ -736,7 +735,10 @@ class RouteInfoManager:
 
     def _set_filters(self, key: LiveKey, servers: list[str] | None) -> None:
         """Store a broker's filter servers (None: leave as is, empty: remove)."""
-        if servers is None or self._filters.get(key, []) == servers:
+        if servers is None:
+            return
+        held = self._filters.get(key)
+        if held == servers or (held is None and not servers):
             return
         if servers:
             self._filters[key] = list(servers)

@@ -28,6 +28,10 @@ class LiveTable:
         return self.by_key.items()
 
     def set(self, key: LiveKey, live: BrokerLiveInfo) -> None:
+        held = self.by_key.get(key)
+        if held is not None and held.channel is live.channel:  # a registration over the same connection
+            self.by_key[key] = live
+            return
         self.drop(key)
         self.by_key[key] = live
         if live.channel is not None:
