@@ -323,30 +323,32 @@ class StreamEndpoint(Endpoint):
         self._closed: OrderedDict[bytes, None] = OrderedDict()
 
     def read(self, budget: int, now: float, jobs: list[Job]) -> None:
-        sock = self.socket
+        recv = self.socket.recv
         connections = self.connections
         for _ in range(budget):
             try:
-                ident = sock.recv(zmq.NOBLOCK)
+                ident = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            frame = sock.recv(copy=False)
             conn = connections.get(ident)
             if conn is None:
+                frame = recv(copy=False)  # a newcomer's peer address is in its message's metadata
                 if len(frame) == 0:
                     if ident in self._closed:
                         del self._closed[ident]
                     else:
                         self._accept(ident, frame, now)
                 continue  # else: the end of, or bytes still in flight from, a connection we closed
-            if len(frame) == 0:
+            data = recv()  # a known connection's bytes: no Frame object, one copy
+            if not data:
                 self._peer_closed(conn)
                 continue
-            self._touch(conn, now)
+            if conn.last_active != now:  # once per poll round: a large frame arrives in several messages
+                self._touch(conn, now)
             if conn.tls is None:
-                self._take(conn, frame.bytes, now, jobs)
+                self._take(conn, data, now, jobs)
             else:
-                self._take_tls(conn, frame.bytes, now, jobs)
+                self._take_tls(conn, data, now, jobs)
 
     def _take_tls(self, conn: Connection, data: bytes, now: float, jobs: list[Job]) -> None:
         """Bytes of a TLS connection, or the first bytes of one that may be (they decide, as RocketMQ's
