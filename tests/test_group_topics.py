@@ -20,11 +20,11 @@ def test_a_group_lists_its_live_topics_once_in_the_order_added() -> None:
     index = GroupTopics(table)
     for topic in ("a", "b", "c"):
         table.setdefault(topic, {})["g"] = 1
-        index.added("g", topic)
+        index.added("g", [topic])
     del table["b"]["g"]
     index.removed("g")
     table["b"]["g"] = 1
-    index.added("g", "b")
+    index.added("g", ["b"])
     del table["a"]["g"]
     index.removed("g")
     assert index.topics_of("g") == ["b", "c"] and index.topics_of("other") == []
@@ -40,7 +40,7 @@ def test_adding_and_removing_one_topic_forever_holds_a_bounded_list() -> None:
         del table["t0"]["g"]
         index.removed("g")
         table["t0"]["g"] = 1
-        index.added("g", "t0")
+        index.added("g", ["t0"])
     assert index.held() <= 2 * 100 + 2 * SLACK
     assert sorted(index.topics_of("g")) == sorted(table)
 

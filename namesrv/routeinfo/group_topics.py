@@ -29,14 +29,17 @@ class GroupTopics:
         self._lists: dict[str, list[str]] = {}
         self._removed: dict[str, int] = {}
 
-    def added(self, group: str, topic: str) -> None:
-        """`group` got a queue entry for `topic` (it had none)."""
-        topics = self._lists.get(group)
-        if topics is None:
-            topics = self._lists[group] = []
-        elif self._removed.get(group, 0) > len(topics) // 2 + SLACK:
-            topics = self._compact(group)
-        topics.append(topic)
+    def added(self, group: str, topics: list[str]) -> None:
+        """`group` got a queue entry for each of `topics` (it had none)."""
+        held = self._lists.get(group)
+        if held is None:
+            self._lists[group] = list(topics)
+            return
+        if self._removed.get(group, 0) > len(held) // 2 + SLACK:
+            held = self._compact(group)
+            if not held:
+                self._lists[group] = held = []
+        held.extend(topics)
 
     def removed(self, group: str) -> None:
         """`group`'s queue entry for some topic was removed."""

@@ -500,10 +500,9 @@ class RouteInfoManager:
     def _operate_write_perm(self, broker_name: str | None, new_perm: Callable[[int], int]) -> int:
         queues = self._queues
         topics = queues.topics_of(broker_name) if broker_name is not None else []
-        for topic in topics:
-            queue = queues.by_topic[topic][broker_name]
-            queues.put(topic, QueueData(broker_name, queue.read_queue_nums, queue.write_queue_nums,
-                                        new_perm(queue.perm), queue.topic_sys_flag))
+        entries = [queues.by_topic[topic][broker_name] for topic in topics]
+        queues.put_all(broker_name, [(topic, queue.read_queue_nums, queue.write_queue_nums, new_perm(queue.perm),
+                                      queue.topic_sys_flag) for topic, queue in zip(topics, entries)], True, False)
         return len(topics)
 
     def delete_topic(self, topic: str, cluster_name: str | None = None) -> None:

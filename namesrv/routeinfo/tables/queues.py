@@ -76,26 +76,22 @@ class QueueTable:
 
     def put(self, topic: str, queue: QueueData) -> bool:
         """Create or replace one entry; False (nothing reported) if it is unchanged."""
-        group = queue.broker_name
-        queue = self.pooled(group, queue.read_queue_nums, queue.write_queue_nums, queue.perm, queue.topic_sys_flag)
-        queues = self.by_topic.get(topic)
-        if queues is not None and queues.get(group) is queue:
-            return False
-        self._store(topic, group, queue)
-        self._changes.topics((topic,))
-        return True
+        fields = (topic, queue.read_queue_nums, queue.write_queue_nums, queue.perm, queue.topic_sys_flag)
+        return self.put_all(queue.broker_name, (fields,), True, False)[0] > 0
 
     def put_all(self, group: str, table: Iterable[QueueFields], replace: bool, wipe_write: bool) -> tuple[int, int]:
         """A broker's topic table (queue fields) into `group`'s entries: each new topic, and with
         `replace` each changed one (without it existing entries stay as they are); `wipe_write`
         clears the write bit of every entry put. Returns (entries changed, of them created),
-        reported in one call."""
+        reported in one call. The one place entries are stored: a new topic's name is interned
+        (each registration decodes its own copy of the string, and 10 million entries of 30 groups
+        would otherwise hold 10 million strings in the group index)."""
         by_topic = self.by_topic
         pool = self._pool.get(group)
         if pool is None:
-            pool = self._pool[group] = {}
+            pool = {}  # held once an entry is stored
         changed: list[str] = []
-        created = 0
+        created: list[str] = []
         for topic, read, write, perm, sys_flag in table:
             queues = by_topic.get(topic)
             current = None if queues is None else queues.get(group)
@@ -108,12 +104,21 @@ class QueueTable:
                 queue = pool[read, write, perm, sys_flag] = QueueData(group, read, write, perm, sys_flag)
             elif queue is current:
                 continue  # unchanged (most topics of a new data version)
-            self._store(topic, group, queue)
+            if current is None:
+                topic = sys.intern(topic)
+                if queues is None:
+                    queues = by_topic[topic] = {}
+                created.append(topic)
+            queues[group] = queue
             changed.append(topic)
-            created += current is None
+        if created:
+            self.count += len(created)
+            self._group_topics.added(group, created)
         if changed:
+            self._pool[group] = pool
+            self._group_changes[group] = self._group_changes.get(group, 0) + len(changed)
             self._changes.topics(changed)
-        return len(changed), created
+        return len(changed), len(created)
 
     def remove(self, topic: str, group: str) -> None:
         if self._unstore(topic, group):
@@ -152,22 +157,7 @@ class QueueTable:
         changes = self._changes
         changes.topics(changes.cache.topics() | ((old | set(self.by_topic)) if changes.tracking else set()))
 
-    # ---------------------------------------------------------------- the one place entries are stored
-
-    def _store(self, topic: str, group: str, queue: QueueData) -> None:
-        """Store a pooled entry, changed or new (the caller reports it). A new topic's name is
-        interned: each registration decodes its own copy of the string, and 10 million entries of
-        30 groups would otherwise hold 10 million strings in the group index."""
-        queues = self.by_topic.get(topic)
-        if queues is None or group not in queues:
-            topic = sys.intern(topic)
-            if queues is None:
-                queues = self.by_topic[topic] = {}
-                log.debug("new topic registered: %s %s", topic, queue)
-            self.count += 1
-            self._group_topics.added(group, topic)
-        queues[group] = queue
-        self._group_changes[group] = self._group_changes.get(group, 0) + 1
+    # ---------------------------------------------------------------- removal
 
     def _unstore(self, topic: str, group: str) -> bool:
         queues = self.by_topic.get(topic)
