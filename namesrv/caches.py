@@ -17,7 +17,7 @@ a flood of distinct, large headers costs at most the byte bound, then the memo s
     invalidation: none needed (a function of the key); emptied when full.
     pays: a changed registration 398k -> 334k instructions per request on the inline path
     (`python -m bench.request_instructions --against <the commit before>`).
-`processor.register_fast_path.RegistrationFastPath.templates`, the reactor's
+`processor.write_fast_path.WriteFastPath.templates`, the reactor's
     key: codec and response extFields; value: the SUCCESS header split around its opaque.
     bounds: 1024 entries, 4 MiB.
     invalidation: none needed (a function of the key); emptied when full.

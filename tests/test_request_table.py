@@ -72,7 +72,8 @@ def test_the_derived_sets_follow_the_rows() -> None:
     assert {code for code, pool in POOL_OF.items() if pool == "client"} == {RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                                                             *NAMESRV_CODES}
     assert {spec.code: spec.inline for spec in REQUESTS if spec.inline} == {
-        RequestCode.GET_ROUTEINFO_BY_TOPIC: Inline.ROUTE_QUERY, RequestCode.REGISTER_BROKER: Inline.REGISTRATION}
+        RequestCode.GET_ROUTEINFO_BY_TOPIC: Inline.ROUTE_QUERY, RequestCode.REGISTER_BROKER: Inline.WRITE,
+        RequestCode.QUERY_DATA_VERSION: Inline.WRITE, RequestCode.BROKER_HEARTBEAT: Inline.WRITE}
 
 
 def populated(tmp_path) -> Namesrv:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from namesrv import fastpath
 from namesrv.processor import inline
-from namesrv.processor.inline import HeaderReader, PreparedRegistration, read_header
+from namesrv.processor.inline import HeaderReader, PreparedWrite, read_header
 from namesrv.processor.seen_headers import JSON_FIELD, ROCKETMQ_FIELD, SeenHeaders
 from namesrv.protocol.codes import LanguageCode, RequestCode
 
@@ -98,7 +98,7 @@ def test_a_repeat_is_read_from_memory_and_a_new_body_crc_is_parsed(seen):
     for opaque in (1, 2, -3, 2 ** 31 - 1):
         header = shape.format(o=opaque, c="104391605").encode()
         read = headers.read(JSON_FIELD, header)
-        assert read == read_header(JSON_FIELD, header) and type(read[1]) is PreparedRegistration
+        assert read == read_header(JSON_FIELD, header) and type(read[1]) is PreparedWrite
     assert parse.calls == 1
     header = shape.format(o=5, c="7").encode()
     assert headers.read(JSON_FIELD, header)[1].header.body_crc32 == 7

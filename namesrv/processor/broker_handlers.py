@@ -211,12 +211,23 @@ def _apply_unregistration(ctx: HandlerContext, change: Change, channel: Channel)
 unregister_broker = WriteHandler(_prepare_unregistration, _apply_unregistration)
 
 
+class BrokerKey(NamedTuple):
+    """The broker a heartbeat or a data-version query is about (read once per header shape)."""
+
+    cluster_name: str
+    broker_addr: str
+
+    @classmethod
+    def read(cls, request: RemotingCommand) -> BrokerKey:
+        header = RequestHeader(request)
+        return cls(header.required_text("clusterName"), header.required_text("brokerAddr"))
+
+
 def _prepare_data_version_query(ctx: HandlerContext, request: RemotingCommand, channel: Channel,
                                 hints: Hints) -> Change:
-    header = RequestHeader(request)
+    cluster_name, broker_addr = request.typed_header(BrokerKey)
     version = DataVersion.decode(request.body) if request.body else None
-    return (header.required_text("clusterName"), header.required_text("brokerAddr"),
-            None if version is None else (version.counter, version.timestamp, version.state_version))
+    return cluster_name, broker_addr, None if version is None else tuple(version)
 
 
 def _apply_data_version_query(ctx: HandlerContext, change: Change,
@@ -237,8 +248,7 @@ query_data_version = WriteHandler(_prepare_data_version_query, _apply_data_versi
 
 
 def _prepare_heartbeat(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: Hints) -> Change:
-    header = RequestHeader(request)
-    return header.required_text("clusterName"), header.required_text("brokerAddr")
+    return request.typed_header(BrokerKey)
 
 
 def _apply_heartbeat(ctx: HandlerContext, change: Change, channel: Channel) -> None:

@@ -2,8 +2,9 @@
 
 Two kinds of request dominate a NameServer's traffic and almost always have an answer ready, or
 one quickly made: route queries whose encoded route is cached (`RouteQueryFastPath`) and
-brokers' registrations of small topic tables, unchanged or not (`RegistrationFastPath`). For
-them the hand-off to a worker thread and back, and the header parse, cost more than the answer.
+brokers' writes: registrations of small topic tables, unchanged or not, heartbeats and
+data-version queries (`WriteFastPath`). For them the hand-off to a worker thread and back, and
+the header parse, cost more than the answer.
 `InlineAnswers.answer` reads the header once per peer and request shape (`SeenHeaders`; a repeat
 costs a lookup), then lets the matching fast path answer or step aside (None): everything else,
 and every case those paths do not own, takes the regular path through the executors.
@@ -23,7 +24,7 @@ from namesrv.channel import Channel
 from namesrv.processor.broker_handlers import RegistrationHeader
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.header import BadRequest
-from namesrv.processor.register_fast_path import Process, RegistrationFastPath
+from namesrv.processor.write_fast_path import Process, WriteFastPath
 from namesrv.processor.requests import BY_CODE
 from namesrv.processor.requests import Inline as RequestInline
 from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, route_query_of
@@ -34,9 +35,8 @@ from namesrv.errors import ProtocolError
 from namesrv.protocol.json_header import decode_json_header
 from namesrv.request_stats import FAST_PATH, RequestTally
 
-#: The codes the inline paths answer, as plain ints (an IntEnum member costs more to look up and hash).
+#: The route query's codes, as plain ints (an IntEnum member costs more to look up and hash).
 _ROUTE_QUERY = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
-_REGISTRATION = int(RequestCode.REGISTER_BROKER)
 _SUCCESS = int(ResponseCode.SUCCESS)
 #: Bounds of the registration header shapes (brokers x header shapes; emptied when full).
 SHAPES = 4096
@@ -44,31 +44,31 @@ SHAPE_BYTES = 8 * 1024 * 1024
 _CRC_FIELD = b'"bodyCrc32":"'
 
 
-class PreparedRegistration(NamedTuple):
-    """A REGISTER_BROKER header read once: its fields for the route table, and the request minus
-    opaque and body (which keeps them as its typed header)."""
+class PreparedWrite(NamedTuple):
+    """An inline write's header read once: its typed reading (the request-table row's `header`), and
+    the request minus opaque and body (which keeps it as its typed header)."""
 
-    header: RegistrationHeader
+    header: object
     request: RemotingCommand
 
     @classmethod
-    def of(cls, header: RegistrationHeader, request: RemotingCommand) -> PreparedRegistration:
+    def of(cls, header: object, request: RemotingCommand) -> PreparedWrite:
         request.keep_typed_header(header)
         return cls(header, request)
 
-    def with_crc(self, crc: int) -> PreparedRegistration:
+    def with_crc(self, crc: int) -> PreparedWrite:
         """The same header with bodyCrc32 `crc` (a non-negative int32, written as Java writes it)."""
         ext_fields = dict(self.request.ext_fields)
         ext_fields["bodyCrc32"] = str(crc)
         request = self.request.derive(0, None, 0)
         request.ext_fields = ext_fields
         header = self.header
-        return PreparedRegistration.of(RegistrationHeader(header.registrant, crc, header.compressed, header.version,
-                                                          header.body_form), request)
+        return PreparedWrite.of(RegistrationHeader(header.registrant, crc, header.compressed, header.version,
+                                                   header.body_form), request)
 
 
 #: What a header asks of the inline paths: a route query, a registration, or None (not theirs).
-Inline = RouteQuery | PreparedRegistration | None
+Inline = RouteQuery | PreparedWrite | None
 
 
 class InlineAnswers:
@@ -80,13 +80,13 @@ class InlineAnswers:
         """`registrations=False`: registrations are only read here, never applied (worker processes
         apply every write in the write log's order, namesrv.writelog)."""
         self.route_queries = RouteQueryFastPath(ctx)
-        self.registrations = RegistrationFastPath(process) if registrations else None
+        self.writes = WriteFastPath(process) if registrations else None
         self.seen: SeenHeaders[Inline] = SeenHeaders(HeaderReader())
         #: The answers given here (namesrv.request_stats; the controller counts it in the server's totals).
         self.tally = RequestTally()
-        #: Answers given since the last count: route queries, and registrations by response code.
+        #: Answers given since the last count: route queries, and writes by (request code, response code).
         self._routes_answered = 0
-        self._registrations_answered: dict[int, int] = {}
+        self._writes_answered: dict[tuple[int, int], int] = {}
         #: Kept: counting a chunk of cached route answers must cost no more than the clock reading.
         self._route_slot = self.tally.slot(_ROUTE_QUERY, _SUCCESS, FAST_PATH)
 
@@ -105,8 +105,10 @@ class InlineAnswers:
         routes = self.route_queries
         replies: list[bytes] = []
         bodies = None
-        if routes.serving():
-            bodies = routes.cached_bodies(map(known, keys))
+        # A chunk of one frame that is no route query (a broker's write) skips the route path.
+        single = known(keys[0]) if len(keys) == 1 else None
+        if (single is None or type(single) is RouteQuery) and routes.serving():
+            bodies = routes.cached_bodies(map(known, keys) if single is None else (single,))
             replies = fastpath.stamp_frames(routes.json.head, routes.json.tail, opaques, bodies)
             self._routes_answered += len(replies)
             if len(replies) == len(frames):
@@ -119,8 +121,8 @@ class InlineAnswers:
             if bodies is not None and bodies[index] is not None:
                 continue  # answered above
             what = known(keys[index])
-            if type(what) is PreparedRegistration:
-                reply = self._registration(frame, channel, opaques[index], what)
+            if type(what) is PreparedWrite:
+                reply = self._write(frame, channel, opaques[index], what)
             else:
                 reply = self.answer(frame, channel)
             if reply is None:
@@ -139,10 +141,10 @@ class InlineAnswers:
         if self._routes_answered:
             self._route_slot.add(seconds, self._routes_answered)
             self._routes_answered = 0
-        if self._registrations_answered:
-            for response, count in self._registrations_answered.items():
-                self.tally.add(_REGISTRATION, response, FAST_PATH, seconds, count)
-            self._registrations_answered.clear()
+        if self._writes_answered:
+            for (code, response), count in self._writes_answered.items():
+                self.tally.add(code, response, FAST_PATH, seconds, count)
+            self._writes_answered.clear()
 
     def answer(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand | None:
         """`frame` as split_frames yields it (no length prefix). A registration that is not answered
@@ -163,24 +165,23 @@ class InlineAnswers:
             if reply is not None:
                 self._routes_answered += 1
             return reply
-        return self._registration(frame, channel, opaque, what)
+        return self._write(frame, channel, opaque, what)
 
-    def _registration(self, frame: bytes, channel: Channel, opaque: int,
-                      what: PreparedRegistration) -> bytes | RemotingCommand:
-        """A registration frame whose header reads as `what` with `opaque`: its answer, or the
-        request (for an executor)."""
+    def _write(self, frame: bytes, channel: Channel, opaque: int, what: PreparedWrite) -> bytes | RemotingCommand:
+        """A write's frame whose header reads as `what` with `opaque`: its answer, or the request (for
+        an executor)."""
         body_at = 4 + (INT32.unpack_from(frame)[0] & HEADER_LENGTH_MASK)
-        # The body as a view of the frame: a repeat is recognised without copying it (prepare copies
-        # a body it decodes).
+        # The body as a view of the frame: a registration's repeat is recognised, a changed body
+        # decoded, without copying it.
         request = what.request.derive(opaque, memoryview(frame)[body_at:] if len(frame) > body_at else None,
                                       len(frame))
-        if self.registrations is None:
+        if self.writes is None:
             return request
-        answered = self.registrations.answer(request, channel)
+        answered = self.writes.answer(request, channel)
         if answered is None:
             return request
-        reply, response = answered
-        self._registrations_answered[response] = self._registrations_answered.get(response, 0) + 1
+        reply, key = answered
+        self._writes_answered[key] = self._writes_answered.get(key, 0) + 1
         return reply
 
 
@@ -190,7 +191,7 @@ class HeaderReader:
 
     def __init__(self) -> None:
         #: JSON registration headers by `fastpath.body_crc_key` key, each the first one parsed.
-        self.shapes: BoundedMemo[bytes, PreparedRegistration] = BoundedMemo(SHAPES, SHAPE_BYTES)
+        self.shapes: BoundedMemo[bytes, PreparedWrite] = BoundedMemo(SHAPES, SHAPE_BYTES)
 
     def __call__(self, serialize_field: int, header: bytes,
                  json_split: tuple[bytes, int] | None) -> tuple[int, Inline] | None:
@@ -210,7 +211,7 @@ def _rebinds(header: bytes, crc: int, what: Inline) -> bool:
     """Does the parser read `what`'s bodyCrc32 from exactly the digits of `crc` in `header`, and
     nothing else from them? Then another header differing in them only reads as `what.with_crc(...)`.
     Checked by parsing the header again with other digits (a duplicate key, say, would fail it)."""
-    if type(what) is not PreparedRegistration or what.header.body_crc32 != crc:
+    if type(what) is not PreparedWrite or type(what.header) is not RegistrationHeader or what.header.body_crc32 != crc:
         return False
     digits = b"%d" % crc
     other = int((b"2" if digits[:1] == b"1" else b"1") + b"0" * (len(digits) - 1))
@@ -238,6 +239,6 @@ def read_header(serialize_field: int, header: bytes, json_split: object = None) 
     request = RemotingCommand(code, language=language, version=version, flag=flag, remark=remark, ext_fields=ext,
                               serialize_type=serialize_field >> 24)
     try:
-        return opaque, PreparedRegistration.of(RegistrationHeader.read(request), request)
+        return opaque, PreparedWrite.of(spec.header.read(request), request)
     except BadRequest:
         return opaque, None

@@ -330,26 +330,26 @@ class RouteInfoManager:
 
     def query_data_version(self, cluster_name: str, broker_addr: str,
                            data_version: DataVersion | None) -> tuple[bool, DataVersion | None]:
-        """(changed, the NameServer's copy); refreshes the broker's liveness like a heartbeat.
-
-        Only a timestamp changes, so the read lock suffices (the expiry scan re-checks under the
-        write lock).
-        """
-        with self._lock.read:
-            live = self._live.by_key.get((cluster_name, broker_addr))
-            if live is None:
-                return True, None
-            live.last_update_timestamp = self._clock()
-            return live.data_version != data_version, live.data_version
+        """(changed, the NameServer's copy); refreshes the broker's liveness like a heartbeat
+        (`update_broker_timestamp`, whose lock-free reasoning holds here too)."""
+        live = self._live.by_key.get((cluster_name, broker_addr))
+        if live is None:
+            return True, None
+        live.last_update_timestamp = self._clock()
+        return live.data_version != data_version, live.data_version
 
     def update_broker_timestamp(self, cluster_name: str, broker_addr: str) -> bool:
-        """BROKER_HEARTBEAT: refresh liveness of a registered broker; False if it is unknown."""
-        with self._lock.read:
-            live = self._live.by_key.get((cluster_name, broker_addr))
-            if live is None:
-                return False
-            live.last_update_timestamp = self._clock()
-            return True
+        """BROKER_HEARTBEAT: refresh liveness of a registered broker; False if it is unknown.
+
+        Without the lock: the lookup and the store are each atomic, and a writer racing with them
+        (a registration replacing the live entry, the expiry scan removing it after its re-check)
+        leaves the tables as if the heartbeat had come just before or just after it; the answer is
+        the same either way."""
+        live = self._live.by_key.get((cluster_name, broker_addr))
+        if live is None:
+            return False
+        live.last_update_timestamp = self._clock()
+        return True
 
     # ------------------------------------------------------------------ unregistration
 
