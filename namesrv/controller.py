@@ -106,8 +106,8 @@ class PeriodicTasks:
 
 def selector_threads(config: NamesrvConfig, workers: int) -> int:
     """One process's ZeroMQ I/O threads: serverSelectorThreads is the server's, shared by its worker
-    processes (at least one each). More I/O threads than cores only add wake-ups: with 2 workers on
-    2 cores, 1 thread each instead of 3 answered 26% more route queries per CPU-second."""
+    processes (at least one each). More I/O threads than cores only add wake-ups (bench.throughput
+    with serverWorkerProcesses and serverSelectorThreads set shows it per CPU-second)."""
     return max(1, config.server_selector_threads // workers)
 
 

@@ -11,7 +11,7 @@ undecoded body, cheaply:
   bytes cannot exceed it (the common case, free); nor can one with no more `{` than the limit
   (every topic is a JSON object of its own; one C-speed byte count); only a body with more has its
   topicConfigTable's members counted exactly: by the fast path's scanner, which builds nothing
-  (100,000 topics: 20 ms, against 160 ms for orjson), else by the lenient parser.
+  (so a fraction of a parse's time), else by the lenient parser.
 """
 from __future__ import annotations
 
