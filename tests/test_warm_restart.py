@@ -45,8 +45,7 @@ def test_the_snapshot_packed_topic_by_topic_is_the_document_packed_at_once(tmp_p
     _, routes = manager(tmp_path)
     fill(routes)
     exported = export_routes(routes)
-    rows = [[topic, [[q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag] for q in entries]]
-            for topic, entries in exported["queues"]]
+    rows = [[topic, [[group, *entry] for group, entry in entries]] for topic, entries in exported["queues"]]
     whole = msgpack.packb({"format": FORMAT, "takenAtMs": NOW, "routes": {**exported, "queues": rows}})
     assert b"".join(encode(exported, NOW)) == MAGIC + zlib.crc32(whole).to_bytes(4, "big") + whole
 

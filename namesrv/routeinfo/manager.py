@@ -500,9 +500,9 @@ class RouteInfoManager:
     def _operate_write_perm(self, broker_name: str | None, new_perm: Callable[[int], int]) -> int:
         queues = self._queues
         topics = queues.topics_of(broker_name) if broker_name is not None else []
-        entries = [queues.by_topic[topic][broker_name] for topic in topics]
-        queues.put_all(broker_name, [(topic, queue.read_queue_nums, queue.write_queue_nums, new_perm(queue.perm),
-                                      queue.topic_sys_flag) for topic, queue in zip(topics, entries)], True, False)
+        by_topic = queues.by_topic
+        queues.put_all(broker_name, [(topic, read, write, new_perm(perm), sys_flag) for topic in topics
+                                     for read, write, perm, sys_flag in (by_topic[topic][broker_name],)], True, False)
         return len(topics)
 
     def delete_topic(self, topic: str, cluster_name: str | None = None) -> None:
@@ -580,8 +580,8 @@ class RouteInfoManager:
                 else None for query in queries]
 
     def _pickup_locked(self, topic: str, acting: bool) -> TopicRouteData | None:
-        queues = self._queues.by_topic.get(topic)
-        if not queues:
+        queues = self._queues.queues_of(topic)
+        if queues is None:
             return None
         groups = [self._brokers[name].copy() for name in queues if name in self._brokers]
         if not groups:
@@ -655,7 +655,7 @@ class RouteInfoManager:
         """Topics whose *first* queue data's sys flag is selected, as RocketMQ decides."""
         with self._lock.read:
             return TopicList([topic for topic, queues in self._queues.by_topic.items()
-                              if selected(next(iter(queues.values())).topic_sys_flag)])
+                              if selected(next(iter(queues.values()))[3])])  # an Entry's topicSysFlag
 
     def sizes(self) -> dict[str, int]:
         """How much the route table holds (no lock: each count is read at once)."""
@@ -667,7 +667,8 @@ class RouteInfoManager:
     @contextmanager
     def reading(self) -> Iterator[RouteTables]:
         """The live tables themselves (not copies) under the read lock, for a reader that copies only
-        what it needs (namesrv.routeinfo.persist); nothing may change them."""
+        what it needs (namesrv.routeinfo.persist); nothing may change them. The topic table holds
+        the stored entries: (readQueueNums, writeQueueNums, perm, topicSysFlag) tuples."""
         with self._lock.read:
             yield RouteTables(self._queues.by_topic, self._brokers, self._clusters, self._live.by_key, self._filters,
                               self._mappings)
@@ -697,8 +698,8 @@ class RouteInfoManager:
             self._queues.replace(tables.topic_queue_table, queue_changes)
 
     def _snapshot_locked(self) -> RouteTables:
-        # Topic dicts are copied; their QueueData entries are immutable and shared.
-        return RouteTables({topic: dict(queues) for topic, queues in self._queues.by_topic.items()},
+        queues = self._queues
+        return RouteTables({topic: queues.queues_of(topic) for topic in queues.by_topic},  # shared, immutable entries
                            {n: g.copy() for n, g in self._brokers.items()},
                            {c: set(names) for c, names in self._clusters.items()},
                            {k: replace(v) for k, v in self._live.items()},

@@ -69,9 +69,10 @@ class SnapshotError(Exception):
 def export_routes(routes: RouteInfoManager) -> dict[str, Any]:
     """The topology under one read lock: groups, clusters, queue entries, filter servers, static-topic
     mappings and each broker's address, HA address, timeout and DataVersion; not connections,
-    liveness or shortcuts. Plain data except "queues": (topic, [QueueData, ...]) pairs, the
-    immutable entries themselves, which `encode` turns into rows one topic at a time (10 million
-    rows made at once would hold a gigabyte). Only containers are copied: writers wait less."""
+    liveness or shortcuts. Plain data except "queues": (topic, [(brokerName, entry), ...]) pairs,
+    the route table's immutable entries themselves ((readQueueNums, writeQueueNums, perm,
+    topicSysFlag) tuples), which `encode` turns into rows one topic at a time (10 million rows made
+    at once would hold a gigabyte). Only containers are copied: writers wait less."""
     with routes.reading() as tables:
         exported = {
             "clusters": {cluster: sorted(names) for cluster, names in tables.cluster_addr_table.items()},
@@ -83,7 +84,7 @@ def export_routes(routes: RouteInfoManager) -> dict[str, Any]:
                         for (cluster, addr), servers in tables.filter_server_table.items()],
             "mappings": {topic: dict(infos) for topic, infos in tables.topic_queue_mapping_info_table.items()},
         }
-        exported["queues"] = [(topic, list(by_group.values())) for topic, by_group in tables.topic_queue_table.items()]
+        exported["queues"] = [(topic, list(by_group.items())) for topic, by_group in tables.topic_queue_table.items()]
     return exported
 
 
@@ -123,8 +124,8 @@ def encode(routes: dict[str, Any], taken_ms: int) -> list[bytes | memoryview]:
     Packed one topic at a time into one growing buffer, and every `YIELD_EVERY` queue entries the
     interpreter lock is handed to the server's other threads (`time.sleep(0)`): one msgpack call
     over 10 million entries would hold it for seconds, and a saver that only lets go when Python's
-    5-ms switch interval forces it leaves each request several 5-ms waits (300 brokers × 10,000
-    topics: route p99 0.5 s while saving). The bytes are those of packing the whole document at once."""
+    5-ms switch interval forces it leaves each request several 5-ms waits. The bytes are those of
+    packing the whole document at once."""
     packer = msgpack.Packer(autoreset=False)
     packer.pack_map_header(3)
     for item in ("format", FORMAT, "takenAtMs", taken_ms, "routes"):
@@ -138,8 +139,7 @@ def encode(routes: dict[str, Any], taken_ms: int) -> list[bytes | memoryview]:
         packer.pack_array_header(len(value))
         since_yield = 0
         for topic, entries in value:
-            packer.pack([topic, [[q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag]
-                                 for q in entries]])
+            packer.pack([topic, [[group, *entry] for group, entry in entries]])
             since_yield += len(entries)
             if since_yield >= YIELD_EVERY:
                 since_yield = 0

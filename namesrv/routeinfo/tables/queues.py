@@ -4,10 +4,16 @@ Every write here reports the topics it changed to `RouteChanges` itself, in the 
 caller can change a queue entry and forget to drop its cached route.
 
 Memory matters at RocketMQ issue #4245's scale and beyond (10 million entries): an entry is stored
-only as its group's one `QueueData` of those fields (`pooled`: thousands of topics share a few
-values, so equal is identical and an unchanged entry is found by identity), a topic's name is held
-once however many groups list it (interned), and each group's own topics are listed
-(namesrv.routeinfo.group_topics) so a broker-wide operation walks them, not every topic.
+as its group's one `Entry` tuple of those fields (thousands of topics share a few values, so equal
+is identical and an unchanged entry is found by identity), a topic's name is held once however many
+groups list it (interned), and each group's own topics are listed (namesrv.routeinfo.group_topics)
+so a broker-wide operation walks them, not every topic.
+
+And so does the garbage collector: a tuple of ints, and a dict holding only such tuples, are left
+untracked by it once it has seen them, so the per-topic dicts cost a full collection nothing (a
+dict of QueueData objects is tracked, and each full collection walked the whole table: a pause that
+grew with the fleet). Readers get QueueData objects, one per distinct entry of a group, made on
+first demand (`queue_data`, `queues_of`).
 """
 from __future__ import annotations
 
@@ -24,17 +30,23 @@ from namesrv.routeinfo.tables.changes import RouteChanges
 log = logging.getLogger(__name__)
 
 
-class QueueTable:
-    """topic -> group -> QueueData. `by_topic` is read directly; every write goes through the methods."""
+#: A stored queue entry: (readQueueNums, writeQueueNums, perm, topicSysFlag).
+Entry = tuple[int, int, int, int]
 
-    __slots__ = ("by_topic", "count", "_pool", "_group_topics", "_group_changes", "_changes")
+
+class QueueTable:
+    """topic -> group -> Entry. `by_topic` is read directly; every write goes through the methods."""
+
+    __slots__ = ("by_topic", "count", "_pool", "_queue_data", "_group_topics", "_group_changes", "_changes")
 
     def __init__(self, changes: RouteChanges) -> None:
-        self.by_topic: dict[str, dict[str, QueueData]] = {}
+        self.by_topic: dict[str, dict[str, Entry]] = {}
         #: Queue entries held: one per topic per group (maxQueueDatas).
         self.count = 0
-        #: Per group, its distinct entries by (read, write, perm, sysFlag).
-        self._pool: dict[str, dict[tuple[int, int, int, int], QueueData]] = {}
+        #: Per group, its distinct entries, each the one tuple every topic with those fields holds.
+        self._pool: dict[str, dict[Entry, Entry]] = {}
+        #: Per group, the QueueData of each distinct entry (made when first read).
+        self._queue_data: dict[str, dict[Entry, QueueData]] = {}
         self._group_topics = GroupTopics(self.by_topic)
         #: Per group: entries ever put or removed (a registration's shortcuts hold while it has not moved).
         self._group_changes: dict[str, int] = {}
@@ -57,22 +69,30 @@ class QueueTable:
         """The groups with pooled entries (for consistency checks)."""
         return set(self._pool)
 
+    def queue_data(self, group: str, entry: Entry) -> QueueData:
+        """`group`'s QueueData of `entry` (one object per distinct entry of the group)."""
+        made = self._queue_data.get(group)
+        if made is None:
+            made = self._queue_data[group] = {}
+        queue = made.get(entry)
+        if queue is None:
+            queue = made[entry] = QueueData(group, *entry)
+        return queue
+
+    def queues_of(self, topic: str) -> dict[str, QueueData] | None:
+        """The topic's entries as QueueData by group (a new dict), None if it has none."""
+        queues = self.by_topic.get(topic)
+        if not queues:
+            return None
+        queue_data = self.queue_data
+        return {group: queue_data(group, entry) for group, entry in queues.items()}
+
     def new_entries(self, group: str, topics: Iterable[str]) -> int:
         """How many of `topics` `group` has no entry for yet."""
         by_topic = self.by_topic
         return sum(1 for topic in topics if group not in by_topic.get(topic, ()))
 
     # ---------------------------------------------------------------- writes (reported to RouteChanges)
-
-    def pooled(self, group: str, read: int, write: int, perm: int, sys_flag: int) -> QueueData:
-        """The group's one QueueData of these fields."""
-        pool = self._pool.get(group)
-        if pool is None:
-            pool = self._pool[group] = {}
-        queue = pool.get((read, write, perm, sys_flag))
-        if queue is None:
-            queue = pool[read, write, perm, sys_flag] = QueueData(group, read, write, perm, sys_flag)
-        return queue
 
     def put(self, topic: str, queue: QueueData) -> bool:
         """Create or replace one entry; False (nothing reported) if it is unchanged."""
@@ -99,9 +119,10 @@ class QueueTable:
                 continue
             if wipe_write:
                 perm &= ~PERM_WRITE
-            queue = pool.get((read, write, perm, sys_flag))
+            fields = (read, write, perm, sys_flag)
+            queue = pool.get(fields)
             if queue is None:
-                queue = pool[read, write, perm, sys_flag] = QueueData(group, read, write, perm, sys_flag)
+                queue = pool[fields] = fields
             elif queue is current:
                 continue  # unchanged (most topics of a new data version)
             if current is None:
@@ -134,6 +155,7 @@ class QueueTable:
         """Every entry of `group` (its last broker left), and its pool and index."""
         self.remove_topics(group, self.topics_of(group))
         self._pool.pop(group, None)
+        self._queue_data.pop(group, None)
         self._group_topics.forget(group)
 
     def group_changed(self, group: str) -> None:
@@ -146,12 +168,18 @@ class QueueTable:
         old = set(self.by_topic)
         self.by_topic.clear()
         self._pool.clear()
+        self._queue_data.clear()
         self._group_changes.clear()
         self._group_changes.update(group_changes)
+        pools = self._pool
         for topic, queues in by_topic.items():
-            self.by_topic[sys.intern(topic)] = {group: self.pooled(group, q.read_queue_nums, q.write_queue_nums,
-                                                                   q.perm, q.topic_sys_flag)
-                                                for group, q in queues.items()}
+            entries = self.by_topic[sys.intern(topic)] = {}
+            for group, q in queues.items():
+                pool = pools.get(group)
+                if pool is None:
+                    pool = pools[group] = {}
+                fields = (q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
+                entries[group] = pool.setdefault(fields, fields)
         self.count = sum(map(len, self.by_topic.values()))
         self._group_topics.rebuild()
         changes = self._changes
