@@ -23,6 +23,7 @@ from namesrv.broker_notifier import BrokerNotifier
 from namesrv.channel import Channel
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.descriptors import fit_descriptor_limit
+from namesrv.gc_pauses import PAUSES
 from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
 from namesrv.processor import WRITE_CODES, RequestProcessor
@@ -157,6 +158,7 @@ class NamesrvController:
         self.http = None
         self._gatherer = self._metrics_peer = None
         if config.http_listen_address:
+            PAUSES.install()
             families = local_families(ServerState(self.routes, self.kv, self.reactor, self.dispatcher,
                                                   self.processor.subscriptions))
             if worker is not None and worker.index == 0:

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from namesrv.gc_pauses import PAUSES
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor.route_push import RouteSubscriptions
 from namesrv.remoting import Reactor, RequestDispatcher
@@ -115,6 +116,11 @@ class ServerCollector:
         yield CounterMetricFamily("namesrv_in_flight_connections_closed", "Connections closed for their incomplete "
                                   "frames past the in-flight budget.", value=budget.evicted)
         yield GaugeMetricFamily("namesrv_threads", "Threads of the process.", value=self._process.num_threads())
+        pauses = HistogramMetricFamily("namesrv_gc_pause_seconds", "Pauses of Python's cyclic garbage collector "
+                                       "(every thread of the process waits), by generation.", labels=["generation"])
+        for generation, buckets in PAUSES.snapshot().items():
+            pauses.add_metric([str(generation)], list(zip(LE_LABELS, accumulate(buckets[:-1]))), buckets[-1])
+        yield pauses
 
 
 def _request_families(dispatcher: RequestDispatcher) -> Iterator[Metric]:
