@@ -40,6 +40,9 @@ PROBE_TOPIC = "ProbeTopic"
 PROBE_PERIOD = 0.02
 #: A probe request unanswered this long counts as a stall this long (and the probe reconnects).
 PROBE_TIMEOUT = 10.0
+#: The operator's HTTP port on a free loopback port, for an older checkout too (whose launcher would leave its
+#: default, 0.0.0.0:9880, which another server may hold).
+LOOPBACK_HTTP = {"httpListenAddress": "127.0.0.1:0"}
 
 
 def connect(timeout: float = PROBE_TIMEOUT) -> RemotingClient:
@@ -294,6 +297,36 @@ def connection_flood(server: NamesrvProcess, scale: float) -> str:
     return f"{len(socks)} of {count} connections opened"
 
 
+def temp_file_links(server: NamesrvProcess, scale: float) -> str:
+    """Issue 31, class 5: symlinks planted at the temporary paths of the KV file and the route
+    snapshot (each name a writer could use: `<file>.tmp`, `.<file>.tmp`), pointing at a file of
+    the victim's; then a KV write and a snapshot save. Reports whether a victim file changed and
+    whether a link was renamed into place."""
+    workdir = server.workdir
+    victims = []
+    for name in ("kvConfig.json", "routes.snapshot"):
+        for planted in (f"{name}.tmp", f".{name}.tmp"):
+            victim = workdir / f"victim-{len(victims)}"
+            victim.write_bytes(b"precious")
+            (workdir / planted).symlink_to(victim)
+            victims.append(victim)
+    with connect() as client:
+        request = client.request(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k", "value": "v"})
+        answer = client.invoke(server.address, request)
+    header, body = registration(1, {"LinkTopic": (4, 4)})
+    held: list[RemotingClient] = []
+    _register(server, (header, body), held)  # a route change: the next periodic save writes the snapshot
+    snapshot = workdir / "routes.snapshot"
+    deadline = time.monotonic() + 5
+    while not snapshot.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _close_all(held)
+    changed = sum(victim.read_bytes() != b"precious" for victim in victims)
+    linked = sum((workdir / name).is_symlink() for name in ("kvConfig.json", "routes.snapshot"))
+    return (f"PUT_KV_CONFIG code {answer.code}, snapshot {'written' if snapshot.exists() else 'NOT written'}; "
+            f"{changed} of {len(victims)} victim files changed, {linked} links renamed into place")
+
+
 ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, object]]] = {
     "distinct-large-headers": (distinct_large_headers, {}),
     "incomplete-frames": (incomplete_frames, {}),
@@ -303,6 +336,7 @@ ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, objec
     "unread-replies": (unread_replies, {"maxConnectionOutputBytes": 8 * MiB}),
     "zmq-multipart": (zmq_multipart, {}),
     "connection-flood": (connection_flood, {}),
+    "temp-file-links": (temp_file_links, {"routeSnapshotIntervalSeconds": 1}),
 }
 
 
@@ -310,7 +344,7 @@ def run(name: str, scale: float = 1.0, overrides: dict[str, object] | None = Non
         server: NamesrvProcess | None = None) -> Outcome:
     """One attack against a fresh server (or `server`), measured."""
     attack, defaults = ATTACKS[name]
-    with _server(server, {**defaults, **(overrides or {})}, source) as target:
+    with _server(server, {**LOOPBACK_HTTP, **defaults, **(overrides or {})}, source) as target:
         broker = prepare(target)
         try:
             time.sleep(0.3)

@@ -80,3 +80,10 @@ def test_an_unfinished_zmq_message_is_reset_near_its_bound() -> None:
 @pytest.mark.timeout(120)
 def test_a_connection_flood_costs_bounded_memory() -> None:
     attack("connection-flood", 0.5, 150)
+
+
+@pytest.mark.timeout(120)
+def test_links_planted_at_temporary_paths_are_never_followed() -> None:
+    outcome = attack("temp-file-links", 1.0, 50)
+    assert "snapshot written" in outcome.detail
+    assert "0 of 4 victim files changed, 0 links renamed into place" in outcome.detail

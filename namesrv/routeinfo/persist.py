@@ -27,7 +27,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import shutil
 import struct
 import time
 import zlib
@@ -40,7 +39,7 @@ from typing import Any
 import msgpack
 
 from namesrv.config import NamesrvConfig
-from namesrv.kvconfig import write_atomically
+from namesrv.files import private_copy, write_atomically
 from namesrv.routeinfo.manager import RouteInfoManager
 from namesrv.routeinfo.model import now_ms
 
@@ -146,9 +145,8 @@ class BootCopy:
         source = snapshot_path(config)
         if not config.route_snapshot_enable or not source.exists():
             return None
-        target = source.with_name(f"{source.name}.boot-{os.getpid()}")
         try:
-            shutil.copy2(source, target)
+            target = private_copy(source, f".{source.name}.boot-")
         except OSError as exc:
             log.error("route snapshot %s not copied for the workers (%s): they start with no routes", source, exc)
             return None
@@ -216,7 +214,7 @@ class RouteSnapshots:
         changes = routes.route_changes  # read first: a change during the export is saved next time
         if not force and changes == self._saved_changes:
             try:
-                os.utime(self.path)
+                os.utime(self.path, follow_symlinks=False)
             except FileNotFoundError:
                 self._saved_changes = None  # removed behind our back: written at the next call
             return False
