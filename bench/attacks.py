@@ -16,13 +16,16 @@ from __future__ import annotations
 import argparse
 import socket
 import struct
+import tempfile
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import msgpack
 import psutil
 
 from bench.cli_help import HelpFormatter
@@ -32,6 +35,7 @@ from namesrv.config import split_address
 from namesrv.fastpath import body_crc32
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import RemotingCommand, RequestCode
+from namesrv.routeinfo.persist import FORMAT, MAGIC
 
 _INT32 = struct.Struct(">i")
 MiB = 1 << 20
@@ -327,6 +331,44 @@ def temp_file_links(server: NamesrvProcess, scale: float) -> str:
             f"{changed} of {len(victims)} victim files changed, {linked} links renamed into place")
 
 
+#: Route snapshots with a valid CRC32 whose values no registration could bring: (what, a queue row of
+#: topic "Spoiled", the broker group "spoiler" at 127.0.0.1:10911).
+SPOILED_SNAPSHOTS = (
+    ("writeQueueNums 2^31-1", ["spoiler", 8, 2 ** 31 - 1, 6, 0]),
+    ("readQueueNums text", ["spoiler", "x", 8, 6, 0]),
+    ("perm null", ["spoiler", 8, 8, None, 0]),
+)
+
+
+def spoiled_snapshot(row: list[object]) -> bytes:
+    """A route snapshot file (namesrv.routeinfo.persist's format) holding one broker and the topic
+    "Spoiled" with queue row `row`."""
+    routes = {"clusters": {"SpoilCluster": ["spoiler"]},
+              "groups": [["SpoilCluster", "spoiler", [[0, "127.0.0.1:10911"]], False, None]],
+              "live": [["SpoilCluster", "127.0.0.1:10911", None, None, {"counter": 1, "timestamp": 1,
+                                                                        "stateVersion": 0}]],
+              "filters": [], "mappings": {}, "queues": [["Spoiled", [row]]]}
+    payload = msgpack.packb({"format": FORMAT, "takenAtMs": int(time.time() * 1000), "routes": routes})
+    return MAGIC + struct.pack(">I", zlib.crc32(payload)) + payload
+
+
+def snapshot_values(server: NamesrvProcess, scale: float) -> str:
+    """Issue 31, class 4: a server started on a route snapshot with a valid CRC32 but values the
+    wire refuses or of the wrong type (the file read at start). Reports how many were served."""
+    served, set_aside = [], 0
+    for what, row in SPOILED_SNAPSHOTS:
+        with tempfile.TemporaryDirectory(prefix="namesrv-spoiled-") as folder:
+            Path(folder, "routes.snapshot").write_bytes(spoiled_snapshot(row))
+            with NamesrvProcess(LOOPBACK_HTTP, workdir=folder, source_root=server.source_root) as started:
+                with connect(timeout=5) as client:
+                    request = client.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Spoiled"})
+                    if client.invoke(started.address, request).code == 0:
+                        served.append(what)
+            set_aside += Path(folder, "routes.snapshot.refused").exists()
+    return (f"{len(served)} of {len(SPOILED_SNAPSHOTS)} spoiled snapshots restored and served "
+            f"({', '.join(served) or 'none'}); {set_aside} set aside")
+
+
 ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, object]]] = {
     "distinct-large-headers": (distinct_large_headers, {}),
     "incomplete-frames": (incomplete_frames, {}),
@@ -337,6 +379,7 @@ ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, objec
     "zmq-multipart": (zmq_multipart, {}),
     "connection-flood": (connection_flood, {}),
     "temp-file-links": (temp_file_links, {"routeSnapshotIntervalSeconds": 1}),
+    "snapshot-values": (snapshot_values, {}),
 }
 
 

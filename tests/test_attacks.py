@@ -87,3 +87,9 @@ def test_links_planted_at_temporary_paths_are_never_followed() -> None:
     outcome = attack("temp-file-links", 1.0, 50)
     assert "snapshot written" in outcome.detail
     assert "0 of 4 victim files changed, 0 links renamed into place" in outcome.detail
+
+
+@pytest.mark.timeout(120)
+def test_a_snapshot_of_values_the_wire_refuses_is_set_aside_not_served() -> None:
+    outcome = attack("snapshot-values", 1.0, 50)
+    assert "0 of 3 spoiled snapshots restored and served (none); 3 set aside" in outcome.detail
