@@ -19,6 +19,8 @@ import struct
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -369,6 +371,65 @@ def snapshot_values(server: NamesrvProcess, scale: float) -> str:
             f"({', '.join(served) or 'none'}); {set_aside} set aside")
 
 
+def http_slowloris(server: NamesrvProcess, scale: float) -> str:
+    """Issue 31, class 3: 36 connections to the operator's HTTP port, each sending one byte of a
+    request every 3 s (reopened when the server closes it), for 25 s; meanwhile a probe asks for
+    /health and /ready in turn every 0.5 s with a 1-s timeout (a Kubernetes probe's)."""
+    duration, count, period = max(5.0, 25 * scale), 36, 3.0
+    host, port = split_address(server.http_url.removeprefix("http://"))
+    request = b"GET /health HTTP/1.1\r\nHost: namesrv\r\n" + b"X-Trickle: " + b"x" * 4096
+    stop = threading.Event()
+    reopened = [0]
+
+    def trickle() -> None:
+        socks: list[tuple[socket.socket, int]] = []
+        try:
+            while not stop.is_set():
+                kept = []
+                for sock, sent in socks:
+                    if _closed(sock):
+                        sock.close()
+                        continue
+                    try:
+                        sock.sendall(request[sent:sent + 1])
+                        kept.append((sock, sent + 1))
+                    except OSError:
+                        sock.close()
+                while len(kept) < count:
+                    try:
+                        sock = socket.create_connection((host, port), timeout=1)
+                        sock.sendall(request[:1])
+                        kept.append((sock, 1))
+                        reopened[0] += 1
+                    except OSError:
+                        break
+                socks = kept
+                stop.wait(period)
+        finally:
+            for sock, _ in socks:
+                sock.close()
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    time.sleep(1.0)  # all of them open
+    answered = probes = 0
+    deadline = time.monotonic() + duration
+    while time.monotonic() < deadline:
+        path = "/health" if probes % 2 == 0 else "/ready"
+        probes += 1
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(server.http_url + path, timeout=1.0) as reply:
+                answered += reply.status == 200 and time.monotonic() - started <= 1.0
+        except (OSError, urllib.error.URLError):
+            pass
+        time.sleep(max(0.0, 0.5 - (time.monotonic() - started)))
+    stop.set()
+    thread.join(period + 5)
+    return (f"{answered} of {probes} /health and /ready probes answered within 1 s during {count} trickling "
+            f"connections for {duration:.0f} s ({reopened[0]} opened)")
+
+
 ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, object]]] = {
     "distinct-large-headers": (distinct_large_headers, {}),
     "incomplete-frames": (incomplete_frames, {}),
@@ -380,6 +441,7 @@ ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, objec
     "connection-flood": (connection_flood, {}),
     "temp-file-links": (temp_file_links, {"routeSnapshotIntervalSeconds": 1}),
     "snapshot-values": (snapshot_values, {}),
+    "http-slowloris": (http_slowloris, {}),
 }
 
 

@@ -93,3 +93,11 @@ def test_links_planted_at_temporary_paths_are_never_followed() -> None:
 def test_a_snapshot_of_values_the_wire_refuses_is_set_aside_not_served() -> None:
     outcome = attack("snapshot-values", 1.0, 50)
     assert "0 of 3 spoiled snapshots restored and served (none); 3 set aside" in outcome.detail
+
+
+@pytest.mark.timeout(120)
+def test_trickling_http_connections_leave_health_and_readiness_probes_answered() -> None:
+    outcome = attack("http-slowloris", 0.4, 50)
+    answered = number(r"(\d+) of \d+ /health and /ready probes answered within 1 s", outcome.detail)
+    probes = number(r"\d+ of (\d+) /health", outcome.detail)
+    assert answered >= 0.95 * probes, outcome.line()
