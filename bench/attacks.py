@@ -14,6 +14,7 @@ limits, and asserts the bounds. Everything targets 127.0.0.1 and stops by itself
 from __future__ import annotations
 
 import argparse
+import selectors
 import socket
 import struct
 import tempfile
@@ -37,6 +38,7 @@ from namesrv.config import split_address
 from namesrv.fastpath import body_crc32
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import RemotingCommand, RequestCode
+from namesrv.protocol.frame import FrameDecoder
 from namesrv.routeinfo.persist import FORMAT, MAGIC
 
 _INT32 = struct.Struct(">i")
@@ -430,6 +432,88 @@ def http_slowloris(server: NamesrvProcess, scale: float) -> str:
             f"connections for {duration:.0f} s ({reopened[0]} opened)")
 
 
+class BrokerPorts:
+    """Listening sockets on 127.0.0.1 standing for the brokers a registrant names: the connections
+    made to them (in all, and open at once) and the frames received, counted on a thread of their own."""
+
+    def __init__(self, count: int) -> None:
+        self._selector = selectors.DefaultSelector()
+        self.addresses = []
+        for _ in range(count):
+            listener = socket.create_server(("127.0.0.1", 0))
+            listener.setblocking(False)
+            self._selector.register(listener, selectors.EVENT_READ, None)
+            self.addresses.append("127.0.0.1:%d" % listener.getsockname()[1])
+        self.accepted = self.open = self.peak_open = self.frames = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._selector.select(0.1):
+                if key.data is None:
+                    conn, _ = key.fileobj.accept()
+                    conn.setblocking(False)
+                    self._selector.register(conn, selectors.EVENT_READ, FrameDecoder())
+                    self.accepted += 1
+                    self.open += 1
+                    self.peak_open = max(self.peak_open, self.open)
+                    continue
+                try:
+                    data = key.fileobj.recv(1 << 16)
+                except OSError:
+                    data = b""
+                if data:
+                    self.frames += len(key.data.feed(data))
+                else:
+                    self._selector.unregister(key.fileobj)
+                    key.fileobj.close()
+                    self.open -= 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        for key in list(self._selector.get_map().values()):
+            key.fileobj.close()
+        self._selector.close()
+
+
+def notify_fanout(server: NamesrvProcess, scale: float) -> str:
+    """Issue 31, class 6: with notifyMinBrokerIdChanged, a registrant lists 100 slaves of an
+    acting-master group at ports it chose (listening here), then its master comes and goes 20
+    times: each coming and going is one inbound request or closed connection that makes the
+    server notify the group's brokers. Counts what reached those ports."""
+    slaves, flaps = 100, max(1, int(20 * scale))
+    ports = BrokerPorts(slaves)
+    held: list[RemotingClient] = []
+
+    def member(broker_id: int, addr: str) -> tuple[dict[str, str], bytes]:
+        header, body = registration(0, {"FanTopic": (4, 4), "FanTopic2": (4, 4)})
+        header.update(brokerName="fan", clusterName="FanCluster", brokerId=str(broker_id), brokerAddr=addr,
+                      enableActingMaster="true")
+        return header, body
+
+    try:
+        slave_link = connect(timeout=30)
+        held.append(slave_link)
+        for broker_id, addr in enumerate(ports.addresses, 1):
+            slave_link.invoke(server.address, slave_link.request(RequestCode.REGISTER_BROKER, *member(broker_id, addr)))
+        for _ in range(flaps):
+            _register(server, member(0, "127.0.0.1:9"))  # comes (registers), goes (its connection closes)
+            time.sleep(0.2)
+        deadline = time.monotonic() + 15
+        last = -1
+        while time.monotonic() < deadline and ports.frames != last:  # until the notifications stop coming
+            last = ports.frames
+            time.sleep(1.0)
+    finally:
+        ports.close()  # before the slaves go: their leaving is no part of the count
+        _close_all(held)
+    return (f"{2 * flaps} changes to a group of {slaves} slaves: {ports.frames} notifications over "
+            f"{ports.accepted} outbound connections ({ports.peak_open} open at once)")
+
+
 ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, object]]] = {
     "distinct-large-headers": (distinct_large_headers, {}),
     "incomplete-frames": (incomplete_frames, {}),
@@ -442,6 +526,7 @@ ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, objec
     "temp-file-links": (temp_file_links, {"routeSnapshotIntervalSeconds": 1}),
     "snapshot-values": (snapshot_values, {}),
     "http-slowloris": (http_slowloris, {}),
+    "notify-fanout": (notify_fanout, {"notifyMinBrokerIdChanged": True}),
 }
 
 

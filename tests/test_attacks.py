@@ -101,3 +101,11 @@ def test_trickling_http_connections_leave_health_and_readiness_probes_answered()
     answered = number(r"(\d+) of \d+ /health and /ready probes answered within 1 s", outcome.detail)
     probes = number(r"\d+ of (\d+) /health", outcome.detail)
     assert answered >= 0.95 * probes, outcome.line()
+
+
+@pytest.mark.timeout(120)
+def test_min_broker_id_notifications_are_bounded_per_change_and_reuse_their_connections() -> None:
+    outcome = attack("notify-fanout", 0.25, 50, notifyMinBrokerIdChanged=True)
+    changes = number(r"(\d+) changes to a group", outcome.detail)
+    assert number(r"(\d+) notifications", outcome.detail) <= 8 * changes + 1  # + the first slave's own
+    assert number(r"over (\d+) outbound connections", outcome.detail) <= 8
