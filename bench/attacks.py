@@ -514,6 +514,48 @@ def notify_fanout(server: NamesrvProcess, scale: float) -> str:
             f"{ports.accepted} outbound connections ({ports.peak_open} open at once)")
 
 
+def _call(sock: socket.socket, command: RemotingCommand, timeout: float = 30.0) -> RemotingCommand:
+    """Send `command` on a raw connection and read its answer."""
+    sock.settimeout(timeout)
+    sock.sendall(command.encode())
+    decoder = FrameDecoder()
+    while True:
+        data = sock.recv(1 << 16)
+        if not data:
+            raise ConnectionError("closed by the server")
+        frames = decoder.feed(data)
+        if frames:
+            return RemotingCommand.decode(frames[0])
+
+
+def subscription_flood(server: NamesrvProcess, scale: float) -> str:
+    """Issue 31, class 2: one peer (127.0.0.2) subscribes to 1,000,000 invented topic names of 120
+    characters over 8 connections, 1,000 a request; then a peer of another host (127.0.0.3)
+    subscribes to a topic that exists."""
+    names, batch, count = int(1_000_000 * scale), 1_000, 8
+    address = split_address(server.address)
+    socks = [socket.create_connection(address, source_address=("127.0.0.2", 0)) for _ in range(count)]
+    subscribed = refused = 0
+    reason = ""
+    try:
+        for start in range(0, names, batch):
+            topics = ";".join(f"{i:010d}".ljust(120, "n") for i in range(start, min(names, start + batch)))
+            request = RemotingCommand.request(RequestCode.SUBSCRIBE_ROUTE_CHANGES, {"topics": topics}, opaque=start)
+            answer = _call(socks[(start // batch) % count], request)
+            if answer.code == 0:
+                subscribed += min(batch, names - start)
+            else:
+                refused += 1
+                reason = answer.remark or ""
+        with socket.create_connection(address, source_address=("127.0.0.3", 0)) as other:
+            good = _call(other, RemotingCommand.request(RequestCode.SUBSCRIBE_ROUTE_CHANGES, {"topics": PROBE_TOPIC}))
+    finally:
+        for sock in socks:
+            sock.close()
+    return (f"{subscribed} of {names} invented names subscribed over {count} connections ({refused} requests "
+            f"refused: {reason[:70]}); another host's subscription: code {good.code} {(good.remark or '')[:60]}")
+
+
 ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, object]]] = {
     "distinct-large-headers": (distinct_large_headers, {}),
     "incomplete-frames": (incomplete_frames, {}),
@@ -527,6 +569,7 @@ ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, objec
     "snapshot-values": (snapshot_values, {}),
     "http-slowloris": (http_slowloris, {}),
     "notify-fanout": (notify_fanout, {"notifyMinBrokerIdChanged": True}),
+    "subscription-flood": (subscription_flood, {}),
 }
 
 

@@ -109,3 +109,10 @@ def test_min_broker_id_notifications_are_bounded_per_change_and_reuse_their_conn
     changes = number(r"(\d+) changes to a group", outcome.detail)
     assert number(r"(\d+) notifications", outcome.detail) <= 8 * changes + 1  # + the first slave's own
     assert number(r"over (\d+) outbound connections", outcome.detail) <= 8
+
+
+@pytest.mark.timeout(120)
+def test_invented_subscription_names_are_few_per_connection_and_leave_other_hosts_room() -> None:
+    outcome = attack("subscription-flood", 0.1, 100)
+    assert number(r"(\d+) of \d+ invented names subscribed", outcome.detail) <= 8 * 1000
+    assert "another host's subscription: code 0" in outcome.detail

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import time
 import zlib
 from urllib.request import urlopen
@@ -76,6 +77,44 @@ def test_subscriptions_are_bounded_in_named_topics() -> None:
         assert "maxRouteSubscriptionTopics" in str(exc)
     assert subs.unsubscribe(A) and not subs.unsubscribe(A)
     subs.subscribe(B, ["T3", "T4", "T5"], everything=False, standard=True)
+
+
+def refused(subs: RouteSubscriptions, channel: Channel, topics: list[str], **kwargs) -> str:
+    try:
+        subs.subscribe(channel, topics, everything=False, standard=True, **kwargs)
+    except SubscriptionRefused as exc:
+        return str(exc)
+    raise AssertionError("not refused")
+
+
+def test_shares_per_connection_and_per_host_keep_one_peer_from_locking_others_out() -> None:
+    subs = RouteSubscriptions(max_topics=10, max_per_connection=3, max_per_host=5)
+    first, second, third = (Channel("tcp", bytes([i]), f"10.0.0.1:{i}") for i in (1, 2, 3))
+    other_host = Channel("tcp", b"o", "10.0.0.2:1")
+    subs.subscribe(first, ["T1", "T2", "T3"], everything=False, standard=True)
+    assert "maxRouteSubscriptionTopicsPerConnection (3; 3 subscribed)" in refused(subs, first, ["T4"])
+    subs.subscribe(second, ["T1", "T2"], everything=False, standard=True)
+    assert "maxRouteSubscriptionTopicsPerHost of 10.0.0.1 (5; 5 subscribed)" in refused(subs, third, ["T9"])
+    subs.subscribe(other_host, ["Good"], everything=False, standard=True)  # another peer is not locked out
+    assert subs.unsubscribe(first)  # its share is free again
+    subs.subscribe(third, ["T9"], everything=False, standard=True)
+    ipv6 = Channel("tcp", b"6", "fe80::1:10911")
+    subs.subscribe(ipv6, ["A", "B", "C"], everything=False, standard=True)
+    assert "of fe80::1 " in refused(RouteSubscriptions(10, 10, 3), ipv6, ["A", "B", "C", "D"])
+
+
+def test_topics_the_route_table_does_not_hold_are_few_per_connection_and_known_ones_share_its_names() -> None:
+    from namesrv.processor.route_push import MAX_UNKNOWN_TOPICS
+    subs = RouteSubscriptions(max_topics=10 * MAX_UNKNOWN_TOPICS)
+    table = {sys.intern("Known" + "x" * 100)}  # as the route table holds its topics
+    known_name = next(iter(table))
+    invented = [f"Invented{i}" for i in range(MAX_UNKNOWN_TOPICS)]
+    subs.subscribe(A, invented, everything=False, standard=True, exists=table.__contains__)
+    assert "route table does not hold would pass 1000" in refused(subs, A, ["OneMore"], exists=table.__contains__)
+    copy = "".join(["Known", "x" * 100])  # an equal string, not the table's
+    subs.subscribe(A, [copy], everything=False, standard=True, exists=table.__contains__)
+    (held,) = [topic for topic in subs._subscriptions[A].topics if topic.startswith("Known")]
+    assert held is known_name and held is not copy
 
 
 # ---- a real server

@@ -66,7 +66,7 @@ def subscribe_route_changes(ctx: HandlerContext, request: RemotingCommand, chann
         for topic in topics:
             check_topic(topic)
         standard = wants_standard_json(request.version, header.text("acceptStandardJsonOnly"))
-        ctx.subscriptions.subscribe(channel, topics, everything, standard, zone)
+        ctx.subscriptions.subscribe(channel, topics, everything, standard, zone, ctx.routes.has_topic)
     except (IllegalRoute, SubscriptionRefused) as exc:
         return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
     ctx.routes.track_changes()

@@ -16,7 +16,11 @@ new route (or null: deleted).
   split into bodies of at most PUSH_BODY_BYTES. Subscribers with the same topics, codec and zone
   share the encoded frames.
 * A subscriber in zone mode (namesrv.routeinfo.zones) is pushed its zone's routes, as it polls them.
-* Bounded: at most `maxRouteSubscriptionTopics` named topics over all subscriptions; a subscriber
+* Bounded: named topics count against three shares, so that no peer can take the others' (one
+  connection at most `maxRouteSubscriptionTopicsPerConnection`, the connections of one peer host
+  at most `maxRouteSubscriptionTopicsPerHost`, all of them at most `maxRouteSubscriptionTopics`),
+  and a connection may name at most MAX_UNKNOWN_TOPICS topics the route table does not hold (a
+  known topic's name is the table's own string; an unknown one costs its own). A subscriber
   whose connection already holds more than half the unsent bytes it may (namesrv.route_publisher)
   is not sent more: it is told it was dropped to polling (ROUTE_CHANGED with `dropped`) and
   unsubscribed, before the reactor would close its connection for not reading.
@@ -24,6 +28,7 @@ new route (or null: deleted).
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -36,6 +41,8 @@ from namesrv.protocol.command import RemotingCommand
 PUSH_BODY_BYTES = 1 << 20
 #: Counts of deleted topics kept beyond the table's topics before they are dropped.
 VERSIONS_SLACK = 100_000
+#: Topics one connection may name that the route table does not hold when it subscribes.
+MAX_UNKNOWN_TOPICS = 1000
 #: What ROUTE_CHANGED's `dropped` field says.
 DROPPED_REMARK = "dropped to polling: the connection does not read its pushes fast enough"
 
@@ -57,17 +64,28 @@ class Subscription:
     zone: str | None = None
     everything: bool = False
     topics: set[str] = field(default_factory=set)
+    #: Of `topics`, those the route table did not hold when they were subscribed.
+    unknown: int = 0
+
+
+def peer_host(channel: Channel) -> str:
+    """The host part of a connection's "ip:port" (IPv6 included): what the per-host share counts by."""
+    return channel.remote_addr.rpartition(":")[0]
 
 
 class RouteSubscriptions:
     """The subscribers of one process. Thread-safe: executors subscribe, the publisher thread publishes."""
 
-    def __init__(self, max_topics: int) -> None:
+    def __init__(self, max_topics: int, max_per_connection: int | None = None, max_per_host: int | None = None) -> None:
+        """maxRouteSubscriptionTopics, ...PerConnection and ...PerHost (None: no share of its own)."""
         self._max_topics = max_topics
+        self._max_per_connection = max_topics if max_per_connection is None else max_per_connection
+        self._max_per_host = max_topics if max_per_host is None else max_per_host
         self._lock = threading.Lock()
         self._subscriptions: dict[Channel, Subscription] = {}
-        #: Named topics over all subscriptions (maxRouteSubscriptionTopics).
+        #: Named topics over all subscriptions (maxRouteSubscriptionTopics), and per peer host.
         self._topic_count = 0
+        self._host_counts: dict[str, int] = {}
         #: topic -> its changes since start (only topics changed at least once).
         self._versions: dict[str, int] = {}
         self._sweep_at = VERSIONS_SLACK
@@ -82,30 +100,54 @@ class RouteSubscriptions:
         return self._versions.get(topic, 0)
 
     def subscribe(self, channel: Channel, topics: Collection[str], everything: bool, standard: bool,
-                  zone: str | None = None) -> None:
-        """Add `topics` (or every topic) to `channel`'s subscription; SubscriptionRefused past the bound.
-        The last subscription's JSON flavour and zone are the connection's."""
+                  zone: str | None = None, exists: Callable[[str], bool] = lambda topic: True) -> None:
+        """Add `topics` (or every topic) to `channel`'s subscription; SubscriptionRefused past a share,
+        naming it. `exists`: does the route table hold a topic. The last subscription's JSON flavour
+        and zone are the connection's."""
         with self._lock:
             subscription = self._subscriptions.get(channel)
             if subscription is None:
                 subscription = Subscription(channel, standard, zone)
             new = set(topics) - subscription.topics
-            if self._topic_count + len(new) > self._max_topics:
-                raise SubscriptionRefused(f"{len(new)} more topics would pass maxRouteSubscriptionTopics "
-                                          f"({self._max_topics}; {self._topic_count} subscribed)")
-            subscription.topics |= new
+            known = {sys.intern(topic) for topic in new if exists(topic)}  # the table's own string
+            unknown = len(new) - len(known)
+            host = peer_host(channel)
+            held = self._host_counts.get(host, 0)
+            for count, limit, key in ((len(subscription.topics), self._max_per_connection,
+                                       "maxRouteSubscriptionTopicsPerConnection"),
+                                      (held, self._max_per_host, f"maxRouteSubscriptionTopicsPerHost of {host}"),
+                                      (self._topic_count, self._max_topics, "maxRouteSubscriptionTopics")):
+                if count + len(new) > limit:
+                    raise SubscriptionRefused(f"{len(new)} more topics would pass {key} ({limit}; {count} "
+                                              "subscribed)")
+            if subscription.unknown + unknown > MAX_UNKNOWN_TOPICS:
+                raise SubscriptionRefused(f"{unknown} more topics the route table does not hold would pass "
+                                          f"{MAX_UNKNOWN_TOPICS} for one connection ({subscription.unknown} subscribed)")
+            subscription.topics |= known
+            subscription.topics |= new - known
+            subscription.unknown += unknown
             subscription.everything |= everything
             subscription.standard = standard
             subscription.zone = zone
             self._topic_count += len(new)
+            if new:
+                self._host_counts[host] = held + len(new)
             self._subscriptions[channel] = subscription
 
     def unsubscribe(self, channel: Channel) -> bool:
         with self._lock:
             subscription = self._subscriptions.pop(channel, None)
-            if subscription is not None:
-                self._topic_count -= len(subscription.topics)
-            return subscription is not None
+            if subscription is None:
+                return False
+            self._topic_count -= len(subscription.topics)
+            if subscription.topics:
+                host = peer_host(channel)
+                left = self._host_counts[host] - len(subscription.topics)
+                if left:
+                    self._host_counts[host] = left
+                else:
+                    del self._host_counts[host]
+            return True
 
     def publish(self, changed: set[str], route_body: RouteBody, exists: Callable[[str], bool], encode: Encode,
                 too_slow: Callable[[Channel], bool]) -> list[tuple[Channel, bytes]]:
