@@ -32,7 +32,7 @@ import msgpack
 import psutil
 
 from bench.cli_help import HelpFormatter
-from bench.measure import tree_rss_bytes
+from bench.measure import percentile, tree_rss_bytes
 from namesrv.client import RemotingClient, RemotingError
 from namesrv.config import split_address
 from namesrv.fastpath import body_crc32
@@ -81,10 +81,15 @@ class Outcome:
     detail: str = ""
     latencies: list[float] = field(default_factory=list)
 
+    @property
+    def p99_stall(self) -> float:
+        """The probe's 99th percentile latency, seconds."""
+        return percentile(sorted(self.latencies), 99) if self.latencies else 0.0
+
     def line(self) -> str:
         return (f"{self.name:<22} peak RSS +{self.peak_rss_growth / MiB:7.1f} MiB  worst stall "
-                f"{self.worst_stall * 1000:7.0f} ms  answers after: {'yes' if self.answers_after else 'NO'}  "
-                f"{self.detail}")
+                f"{self.worst_stall * 1000:7.0f} ms (p99 {self.p99_stall * 1000:.0f} ms)  answers after: "
+                f"{'yes' if self.answers_after else 'NO'}  {self.detail}")
 
 
 class _Watch:
@@ -556,6 +561,44 @@ def subscription_flood(server: NamesrvProcess, scale: float) -> str:
             f"refused: {reason[:70]}); another host's subscription: code {good.code} {(good.remark or '')[:60]}")
 
 
+def _metrics(server: NamesrvProcess) -> dict[str, float]:
+    """The server's /metrics samples: series -> value."""
+    with urllib.request.urlopen(server.http_url + "/metrics", timeout=5) as reply:
+        lines = reply.read().decode().splitlines()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line and line[0] != "#"}
+
+
+def unread_pushes(server: NamesrvProcess, scale: float) -> str:
+    """Issue 31, class 1: 200 connections subscribed to every topic's route changes that never
+    read (a 4 KiB receive buffer); a broker of 5,000 topics connects and drops 20 times, each a
+    round of 5,000 changes for each subscriber."""
+    subscribers, flaps = max(1, int(200 * scale)), max(1, int(20 * scale))
+    address = split_address(server.address)
+    socks = []
+    try:
+        for i in range(subscribers):
+            sock = socket.create_connection(address)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(RemotingCommand.request(RequestCode.SUBSCRIBE_ROUTE_CHANGES, {"all": "true"},
+                                                 opaque=i).encode())
+            socks.append(sock)
+        time.sleep(0.5)
+        broker = registration(1, {f"Flap{i:06d}".ljust(60, "t"): (8, 8) for i in range(5000)}, compressed=True)
+        for _ in range(flaps):
+            _register(server, broker)  # comes, and goes as its connection closes
+            time.sleep(0.3)
+        time.sleep(1.0)
+        samples = _metrics(server)
+    finally:
+        for sock in socks:
+            sock.close()
+    held = samples.get('namesrv_in_flight_bytes{kind="pushes"}')
+    reset = samples.get('namesrv_connections_cut_total{transport="tcp",cause="slow_reader"}', 0.0)
+    return (f"{subscribers} subscribers x {2 * flaps} rounds of 5,000 topics: "
+            f"{samples['namesrv_route_subscribers_dropped_total']:.0f} dropped to polling, {reset:.0f} reset; "
+            f"pushes held {'(not counted)' if held is None else f'{held / MiB:.1f} MiB'}")
+
+
 ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, object]]] = {
     "distinct-large-headers": (distinct_large_headers, {}),
     "incomplete-frames": (incomplete_frames, {}),
@@ -570,6 +613,7 @@ ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, objec
     "http-slowloris": (http_slowloris, {}),
     "notify-fanout": (notify_fanout, {"notifyMinBrokerIdChanged": True}),
     "subscription-flood": (subscription_flood, {}),
+    "unread-pushes": (unread_pushes, {}),
 }
 
 

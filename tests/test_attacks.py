@@ -116,3 +116,13 @@ def test_invented_subscription_names_are_few_per_connection_and_leave_other_host
     outcome = attack("subscription-flood", 0.1, 100)
     assert number(r"(\d+) of \d+ invented names subscribed", outcome.detail) <= 8 * 1000
     assert "another host's subscription: code 0" in outcome.detail
+
+
+@pytest.mark.timeout(180)
+def test_subscribers_that_do_not_read_are_dropped_to_polling_and_their_pushes_stay_in_budget() -> None:
+    outcome = attack("unread-pushes", 0.5, 128)
+    subscribers = number(r"(\d+) subscribers x", outcome.detail)
+    assert number(r"(\d+) dropped to polling", outcome.detail) == subscribers
+    held = float(re.search(r"pushes held ([\d.]+) MiB", outcome.detail)[1])
+    assert held < 128  # within PUSH_SHARE of maxInFlightRequestBytes (256 MiB)
+    assert outcome.p99_stall < 0.1, outcome.line()

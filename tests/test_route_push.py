@@ -36,8 +36,7 @@ def test_each_subscriber_gets_its_topics_changes_with_versions_and_alike_subscri
     subs.subscribe(B, ["T1", "T2"], everything=False, standard=True)
     subs.subscribe(C, [], everything=True, standard=False)
     routes = {"T1": b'{"r":1}', "T3": b'{"r":3}'}
-    pushed = subs.publish({"T1", "T3"}, lambda topic, standard, zone: routes.get(topic), routes.__contains__, encode,
-                          lambda channel: False)
+    pushed = subs.publish({"T1", "T3"}, lambda topic, standard, zone: routes.get(topic), routes.__contains__, encode)
     by_channel = {channel: frame for channel, frame in pushed}
     assert set(by_channel) == {A, B, C}
     assert by_channel[A] == by_channel[B]  # one encoding for subscribers alike
@@ -45,8 +44,7 @@ def test_each_subscriber_gets_its_topics_changes_with_versions_and_alike_subscri
     everything = json.loads(decode_msgpack(by_channel[C]).body)["changes"]
     assert [(c["topic"], c["version"]) for c in everything] == [("T1", 1), ("T3", 1)]
     del routes["T1"]  # deleted: told so, and its count goes on
-    pushed = dict(subs.publish({"T1"}, lambda topic, standard, zone: routes.get(topic), routes.__contains__, encode,
-                               lambda channel: False))
+    pushed = dict(subs.publish({"T1"}, lambda topic, standard, zone: routes.get(topic), routes.__contains__, encode))
     assert changes(pushed[A]) == [{"topic": "T1", "version": 2, "route": None}] and subs.version("T1") == 2
     assert decode_msgpack(pushed[C]).code == RequestCode.ROUTE_CHANGED
 
@@ -57,12 +55,15 @@ def test_a_large_round_is_split_and_a_subscriber_that_does_not_read_is_dropped_t
     subs.subscribe(B, [], everything=True, standard=True)
     topics = {f"T{i}" for i in range(3000)}
     body = b'{"brokerDatas":[],"queueDatas":[' + b'{"brokerName":"x"},' * 20 + b'{}]}'
-    pushed = subs.publish(topics, lambda topic, standard, zone: body, lambda topic: True, encode,
-                          lambda channel: channel == B)
+    _, notice = subs.drop(B, encode)
+    assert subs.drop(B, encode) is None  # no longer subscribed
+    pushed = subs.publish(topics, lambda topic, standard, zone: body, lambda topic: True, encode)
     frames = [frame for channel, frame in pushed if channel == A]
     assert len(frames) > 1 and all(len(frame) < PUSH_BODY_BYTES + 64 * 1024 for frame in frames)
     assert sorted(c["topic"] for frame in frames for c in changes(frame)) == sorted(topics)
-    (notice,) = [RemotingCommand.decode(frame[4:]) for channel, frame in pushed if channel == B]
+    assert not [frame for channel, frame in pushed if channel == B]
+    notice = RemotingCommand.decode(notice[4:])
+    assert notice.code == RequestCode.ROUTE_CHANGED and notice.is_oneway
     assert "dropped to polling" in notice.ext_fields["dropped"] and len(subs) == 1 and subs.dropped == 1
 
 

@@ -20,16 +20,20 @@ new route (or null: deleted).
   connection at most `maxRouteSubscriptionTopicsPerConnection`, the connections of one peer host
   at most `maxRouteSubscriptionTopicsPerHost`, all of them at most `maxRouteSubscriptionTopics`),
   and a connection may name at most MAX_UNKNOWN_TOPICS topics the route table does not hold (a
-  known topic's name is the table's own string; an unknown one costs its own). A subscriber
-  whose connection already holds more than half the unsent bytes it may (namesrv.route_publisher)
-  is not sent more: it is told it was dropped to polling (ROUTE_CHANGED with `dropped`) and
-  unsubscribed, before the reactor would close its connection for not reading.
+  known topic's name is the table's own string; an unknown one costs its own). What subscribers
+  hold unsent is bounded by the route publisher (namesrv.route_publisher): past its share a
+  subscriber is told it was dropped to polling (`drop`: ROUTE_CHANGED with `dropped`) and
+  unsubscribed.
+* A round is built off the reactor, on the publisher's thread, which hands the interpreter lock
+  to the other threads every YIELD_EVERY topics it encodes: a round of thousands of topics would
+  otherwise hold it for tens of milliseconds at a time, and the reactor's answers wait for it.
 """
 from __future__ import annotations
 
 import json
 import sys
 import threading
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
@@ -41,6 +45,8 @@ from namesrv.protocol.command import RemotingCommand
 PUSH_BODY_BYTES = 1 << 20
 #: Counts of deleted topics kept beyond the table's topics before they are dropped.
 VERSIONS_SLACK = 100_000
+#: Topics encoded between two hand-overs of the interpreter lock (a few milliseconds of work).
+YIELD_EVERY = 256
 #: Topics one connection may name that the route table does not hold when it subscribes.
 MAX_UNKNOWN_TOPICS = 1000
 #: What ROUTE_CHANGED's `dropped` field says.
@@ -149,11 +155,23 @@ class RouteSubscriptions:
                     del self._host_counts[host]
             return True
 
-    def publish(self, changed: set[str], route_body: RouteBody, exists: Callable[[str], bool], encode: Encode,
-                too_slow: Callable[[Channel], bool]) -> list[tuple[Channel, bytes]]:
+    def is_subscribed(self, channel: Channel) -> bool:
+        return channel in self._subscriptions
+
+    def drop(self, channel: Channel, encode: Encode) -> tuple[Channel, bytes] | None:
+        """Unsubscribe `channel` for not taking its pushes: the notice telling it so (ROUTE_CHANGED
+        with `dropped`) to send it; None if it was not subscribed."""
+        if not self.unsubscribe(channel):
+            return None
+        self.dropped += 1
+        return channel, encode(channel, _command({"dropped": DROPPED_REMARK}, None))
+
+    def publish(self, changed: set[str], route_body: RouteBody, exists: Callable[[str], bool],
+                encode: Encode) -> list[tuple[Channel, bytes]]:
         """The pushes of one round: `changed` topics get their next version; each subscriber gets
-        the changes of its topics (frames shared between subscribers alike). `exists`: is a topic
-        in the route table (the counts of those that are not are swept now and then)."""
+        the changes of its topics (frames shared between subscribers alike: one bytes object).
+        `exists`: is a topic in the route table (the counts of those that are not are swept now
+        and then)."""
         with self._lock:
             versions = {}
             for topic in changed:
@@ -171,11 +189,6 @@ class RouteSubscriptions:
             if not matched:
                 continue
             channel = subscription.channel
-            if too_slow(channel):
-                self.unsubscribe(channel)
-                self.dropped += 1
-                deliveries.append((channel, encode(channel, _command({"dropped": DROPPED_REMARK}, None))))
-                continue
             key = ("*" if subscription.everything else tuple(sorted(matched)), subscription.standard,
                    subscription.zone, channel.transport)
             encoded = frames.get(key)
@@ -199,7 +212,9 @@ def _commands(topics: list[str], versions: dict[str, int], standard: bool, zone:
     commands: list[RemotingCommand] = []
     parts: list[bytes] = []
     size = 0
-    for topic in topics:
+    for count, topic in enumerate(topics, 1):
+        if not count % YIELD_EVERY:
+            time.sleep(0)  # the reactor's turn (see the module's docstring)
         key = (topic, standard, zone)
         if key not in routes:
             routes[key] = route_body(topic, standard, zone)
