@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import selectors
 import socket
+import ssl
 import struct
 import tempfile
 import threading
@@ -34,6 +35,7 @@ import psutil
 from bench.cli_help import HelpFormatter
 from bench.measure import percentile, tree_rss_bytes
 from namesrv.client import RemotingClient, RemotingError
+from namesrv.client.remoting import client_tls_context
 from namesrv.config import split_address
 from namesrv.fastpath import body_crc32
 from namesrv.launcher import NamesrvProcess
@@ -599,6 +601,97 @@ def unread_pushes(server: NamesrvProcess, scale: float) -> str:
             f"pushes held {'(not counted)' if held is None else f'{held / MiB:.1f} MiB'}")
 
 
+def client_hello() -> bytes:
+    """The first flight of a TLS client (its ClientHello record), as namesrv.client would send it."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client_tls_context().wrap_bio(incoming, outgoing)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+def tls_states(server: NamesrvProcess, scale: float) -> str:
+    """Issue 31, class 7: what each state of a connection to the RocketMQ port costs the server
+    with TLS on (tlsMode=permissive), measured one state after another, every connection kept
+    open: silent (TCP, nothing sent), handshaking (a ClientHello sent one byte at a time up to
+    its 64th, then stalled), established (handshake done, idle) and closing (the client sent its
+    close_notify and reads nothing more). Each figure is the server's RSS growth per connection
+    of that state; the in-flight budget's count of incomplete input is read while the handshakes
+    are stalled."""
+    silent, handshaking, established, closing = (max(1, int(n * scale)) for n in (300, 600, 600, 300))
+    address = split_address(server.address)
+    process = psutil.Process(server.pid)
+    context = client_tls_context()
+    hello = client_hello()
+    held: list[socket.socket] = []
+    costs: list[str] = []
+
+    def settled_rss() -> int:
+        time.sleep(1.0)
+        return max(tree_rss_bytes(process) for _ in range(3))
+
+    def phase(name: str, count: int, make: Callable[[], socket.socket | None]) -> None:
+        before = settled_rss()
+        for _ in range(count):
+            sock = make()
+            if sock is not None:
+                held.append(sock)
+        costs.append(f"{name} {(settled_rss() - before) / count / 1024:.1f} KiB")
+
+    try:
+        phase("silent", silent, lambda: socket.create_connection(address))
+        stalled = []
+
+        def stall() -> socket.socket:
+            sock = socket.create_connection(address)
+            stalled.append(sock)
+            return sock
+
+        before = settled_rss()
+        for _ in range(handshaking):
+            held.append(stall())
+        for position in range(64):  # one byte at a time to each
+            for sock in stalled:
+                sock.sendall(hello[position:position + 1])
+        counted = _metrics(server).get('namesrv_in_flight_bytes{kind="incomplete"}', 0.0)
+        costs.append(f"handshaking {(settled_rss() - before) / handshaking / 1024:.1f} KiB")
+        phase("established", established,
+              lambda: context.wrap_socket(socket.create_connection(address), server_hostname="namesrv"))
+
+        phase("closing", closing, lambda: _closing_connection(context, address))
+    finally:
+        for sock in held:
+            sock.close()
+    return (f"server RSS per connection: {', '.join(costs)}; counted in the in-flight budget while "
+            f"{handshaking} handshakes stalled: {counted / MiB:.1f} MiB")
+
+
+def _closing_connection(context: ssl.SSLContext, address: tuple[str, int]) -> socket.socket:
+    """A TLS connection whose client has sent its close_notify and reads nothing more (its TCP
+    connection kept open)."""
+    raw = socket.create_connection(address)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing)
+    raw.settimeout(5)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            raw.sendall(outgoing.read())
+            incoming.write(raw.recv(1 << 16))
+    raw.sendall(outgoing.read())
+    try:
+        tls.unwrap()
+    except ssl.SSLWantReadError:
+        pass
+    raw.sendall(outgoing.read())
+    return raw
+
+
 ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, object]]] = {
     "distinct-large-headers": (distinct_large_headers, {}),
     "incomplete-frames": (incomplete_frames, {}),
@@ -614,6 +707,7 @@ ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, objec
     "notify-fanout": (notify_fanout, {"notifyMinBrokerIdChanged": True}),
     "subscription-flood": (subscription_flood, {}),
     "unread-pushes": (unread_pushes, {}),
+    "tls-states": (tls_states, {"tlsMode": "permissive"}),
 }
 
 

@@ -126,3 +126,13 @@ def test_subscribers_that_do_not_read_are_dropped_to_polling_and_their_pushes_st
     held = float(re.search(r"pushes held ([\d.]+) MiB", outcome.detail)[1])
     assert held < 128  # within PUSH_SHARE of maxInFlightRequestBytes (256 MiB)
     assert outcome.p99_stall < 0.1, outcome.line()
+
+
+@pytest.mark.timeout(120)
+def test_each_tls_state_is_measured_and_stalled_handshakes_count_in_the_budget() -> None:
+    outcome = attack("tls-states", 0.5, 60, tlsMode="permissive")
+    for state in ("silent", "handshaking", "established", "closing"):
+        assert re.search(rf"{state} [\d.]+ KiB", outcome.detail), outcome.detail
+    counted = float(re.search(r"while (\d+) handshakes stalled: ([\d.]+) MiB", outcome.detail)[2])
+    stalled = number(r"while (\d+) handshakes stalled", outcome.detail)
+    assert counted * MiB >= stalled * 40 * 1024  # TLS_HANDSHAKE_BYTES each, at least

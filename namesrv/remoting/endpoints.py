@@ -60,6 +60,10 @@ MAX_MESSAGE_BYTES = 64 * 1024
 CLOSED_REMEMBERED = 65536
 #: Connection.tls of a TCP connection whose first bytes have not arrived (TLS or plain: they tell).
 UNDECIDED = object()
+#: What a TLS handshake in progress holds beyond a plain connection (OpenSSL's connection state and
+#: buffers, measured by `python -m bench.attacks --only tls-states`), besides the bytes it has not
+#: taken yet: counted in the in-flight budget like an incomplete frame until the handshake is done.
+TLS_HANDSHAKE_BYTES = 48 * 1024
 
 
 def peer_of(frame: zmq.Frame) -> tuple[str, int | None]:
@@ -387,8 +391,11 @@ class StreamEndpoint(Endpoint):
             return
         if records:
             self.send(conn.channel.ident, [records], now, encrypt=False)
-        if session.established and self._handshakes.pop(conn.channel.ident, None) is not None:
+        if not session.established:
+            self._hold_incomplete(conn, TLS_HANDSHAKE_BYTES + session.pending)  # counted like an incomplete frame
+        elif self._handshakes.pop(conn.channel.ident, None) is not None:
             self.handshakes["done"] += 1
+            self._hold_incomplete(conn, conn.decoder.buffered)
             log.debug("tls connection %s: %s established", _peer(conn), session.version)
         if plain:
             self._take(conn, plain, now, jobs)
