@@ -123,6 +123,7 @@ class RoutePublisher:
         subscriptions = self._subscriptions
         fair = self.push_limit // max(1, len(subscriptions))
         notices = []
+        example = ""
         for channel in self._holdings.channels():
             holder = self._holdings.holder(channel)
             share = min(self._connection_cap, max(holder.last_round, fair))
@@ -130,8 +131,10 @@ class RoutePublisher:
                 notice = subscriptions.drop(channel, encode_reply)
                 if notice is not None:
                     notices.append(notice)
-                    log.warning("route-change subscriber %s dropped to polling: it holds %d unsent bytes, more "
-                                "than its share (%d)", channel, holder.unsent, share)
+                    example = example or f"{channel} holds {holder.unsent} unsent bytes, its share is {share}"
+        if notices:
+            log.warning("%d route-change subscribers dropped to polling for holding more than their share (%s)",
+                        len(notices), example)
         return notices
 
     def _close_past_budget(self) -> None:

@@ -7,6 +7,14 @@ Before the fixes (same attacks and scales, measured with `python -m bench.attack
 worktree of the commit before): 200 distinct 1 MiB headers held ~200 MiB; a compressed body of
 `[[],...]` took seconds and hundreds of MiB to refuse; 4 peers not reading topic lists drove the
 server past 1.5 GiB; one unfinished ZeroMQ message was buffered whole.
+
+Issue 31's seven, before their fixes (`--source` the commit before, at the issue's scale): 200
+subscribers not reading pushes grew the server 340 MiB with none dropped to polling; one peer's
+1,000,000 invented topic names locked another host's subscription out; 0 of 50 health probes
+were answered during an HTTP slowloris; three snapshots of values the wire refuses were
+restored and served; links planted at temporary paths had their targets overwritten; 40 master
+flaps made 4,000 notifications over 4,000 connections; stalled TLS handshakes counted nothing
+in the budget.
 """
 from __future__ import annotations
 

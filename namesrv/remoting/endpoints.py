@@ -285,7 +285,8 @@ class Endpoint:
             conn = next(iter(self.incomplete.values()))
             excess -= conn.incomplete
             closed += 1
-            self.close(conn, "budget", f"its incomplete frame ({conn.incomplete} bytes so far) is the oldest held "
+            held = "TLS handshake" if isinstance(conn.tls, TlsSession) and not conn.tls.established else "frame"
+            self.close(conn, "budget", f"its incomplete {held} ({conn.incomplete} bytes counted) is the oldest held "
                        f"while in-flight request bytes are at maxInFlightRequestBytes ({limit})", logging.WARNING)
         return closed
 
