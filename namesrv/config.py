@@ -251,6 +251,14 @@ class NamesrvConfig:
     max_route_subscription_topics: int = _key(
         "Most topics named in route-change subscriptions (SUBSCRIBE_ROUTE_CHANGES) over all connections; a "
         "subscription past it is refused with SYSTEM_ERROR.", 1000000, locked=True)
+    max_route_subscription_topics_per_connection: int = _key(
+        "Most topics one connection's route-change subscription may name (of them at most 1,000 that the route "
+        "table does not hold when subscribed); a subscription past it is refused with SYSTEM_ERROR.", 10000,
+        locked=True)
+    max_route_subscription_topics_per_host: int = _key(
+        "Most topics the route-change subscriptions of all connections from one peer host (IP address) may name "
+        "together, so that one peer cannot take maxRouteSubscriptionTopics from the others; a subscription past "
+        "it is refused with SYSTEM_ERROR.", 100000, locked=True)
     # --- namesrv's own: processes ---
     server_worker_processes: int = _key(
         "Processes serving connections in parallel (1-255). Above 1 the command starts a supervisor and this "

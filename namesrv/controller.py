@@ -150,7 +150,8 @@ class NamesrvController:
                                selector_threads(config, 1 if worker is None else worker.workers),
                                decode=self.processor.inline.answer_all)
         self.route_publisher = RoutePublisher(self.routes, self.processor.subscriptions, self.processor.route_body,
-                                              self.outbox, self.reactor)
+                                              self.outbox, self.reactor, self.budget,
+                                              config.max_connection_output_bytes)
         #: NOTIFY_MIN_BROKER_ID_CHANGE: every worker applies every change, worker 0 alone sends it.
         self.broker_notifier = BrokerNotifier(self.routes) if worker is None or worker.index == 0 else None
         #: The operator's HTTP port: one per server (worker 0's with worker processes, whose `/metrics`

@@ -107,8 +107,10 @@ class ServerCollector:
                                   "executor queue.", value=dispatcher.queue_full)
         budget = dispatcher.budget
         yield _by_label(GaugeMetricFamily, "namesrv_in_flight_bytes", "Request bytes held before their answer "
-                        "(maxInFlightRequestBytes): incomplete frames, queued requests, replies not yet taken.",
-                        "kind", {"incomplete": budget.incomplete, "queued": budget.queued, "replies": budget.replies})
+                        "(maxInFlightRequestBytes): incomplete frames, queued requests, replies not yet taken, route-change "
+                        "pushes subscribers hold unsent.",
+                        "kind", {"incomplete": budget.incomplete, "queued": budget.queued, "replies": budget.replies,
+                                 "pushes": budget.pushes})
         yield GaugeMetricFamily("namesrv_in_flight_limit_bytes", "maxInFlightRequestBytes in force.",
                                 value=budget.limit)
         yield CounterMetricFamily("namesrv_in_flight_refused", "Requests refused for the in-flight budget.",

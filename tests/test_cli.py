@@ -70,7 +70,8 @@ def test_help_exits_zero_and_explains_overrides() -> None:
     (["--logConfig=/nonexistent/logging.conf", "--listenPort=0"], ["/nonexistent/logging.conf"]),
     (["--listenPort=70000"], ["listenPort", "0-65535"]),
     (["--clientRequestThreadPoolNums=0", "--listenPort=0"], ["clientRequestThreadPoolNums", "at least 1"]),
-    (["--zmqListenAddress=nonsense", "--listenPort=0", "--bindAddress=127.0.0.1"], ["nonsense"]),
+    (["--zmqListenAddress=nonsense", "--listenPort=0", "--bindAddress=127.0.0.1", "--httpListenAddress="],
+     ["nonsense"]),
     # RocketMQ keys namesrv has no use for: never accepted and ignored
     (["--serverWorkerThreads=16"], ["serverWorkerThreads", "reactor thread", "serverWorkerProcesses",
                                     "only RocketMQ's default (8)"]),
@@ -99,13 +100,13 @@ def test_a_bad_key_in_the_config_file_is_named(tmp_path) -> None:
 
 def test_a_port_in_use_is_one_line_and_exit_2(busy_port: int, tmp_path) -> None:
     result = namesrv(f"--listenPort={busy_port}", "--bindAddress=127.0.0.1", "--zmqListenAddress=",
-                     f"--kvConfigPath={tmp_path / 'kv.json'}")
+                     "--httpListenAddress=", f"--kvConfigPath={tmp_path / 'kv.json'}")
     assert_usage_error(result, f"cannot listen on tcp://127.0.0.1:{busy_port}", "Address already in use")
 
 
 def test_a_zmq_port_in_use_is_one_line_and_exit_2(busy_port: int, tmp_path) -> None:
     result = namesrv("--listenPort=0", "--bindAddress=127.0.0.1", f"--zmqListenAddress=tcp://127.0.0.1:{busy_port}",
-                     f"--kvConfigPath={tmp_path / 'kv.json'}")
+                     "--httpListenAddress=", f"--kvConfigPath={tmp_path / 'kv.json'}")
     assert_usage_error(result, f"tcp://127.0.0.1:{busy_port}", "Address already in use")
 
 

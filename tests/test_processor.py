@@ -523,7 +523,7 @@ def test_unit_topic_lists_and_their_switch(ns):
 
 def test_a_failing_handler_becomes_system_error(tmp_path):
     ns = Namesrv(tmp_path)
-    (tmp_path / "kvConfig.json.tmp").mkdir()  # the KV file can no longer be written
+    (tmp_path / "kvConfig.json").mkdir()  # the KV file can no longer be written
     response = ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k", "value": "v"})
     assert response.code == ResponseCode.SYSTEM_ERROR
     assert response.remark.startswith("IsADirectoryError: ")

@@ -186,7 +186,7 @@ def test_cache_gives_a_read_entry_a_second_chance_and_never_spins():
     assert cache.topics() <= {"e"} and cache.size()[1] <= 2 * (100 + ENTRY_OVERHEAD)
 
 
-#: What a broker may register over the wire: TopicValidator's characters (namesrv.processor.route_input).
+#: What a broker may register over the wire: TopicValidator's characters (namesrv.routeinfo.route_input).
 REGISTRABLE = [topic for topic in TOPICS if topic.isascii()]
 
 

@@ -131,6 +131,83 @@ def test_a_snapshot_past_the_route_table_bounds_is_refused_whole(tmp_path) -> No
     assert snapshot_path(NamesrvConfig(route_snapshot_path=str(tmp_path / "x"))) == tmp_path / "x"
 
 
+def blob(routes: dict) -> bytes:
+    payload = msgpack.packb({"format": FORMAT, "takenAtMs": NOW, "routes": routes})
+    return MAGIC + zlib.crc32(payload).to_bytes(4, "big") + payload
+
+
+def spoiled(routes: dict, table: str, index: object, position: int | None, value: object) -> dict:
+    """A copy of decoded tables with one value replaced: `routes[table][index][position] = value`
+    (position None: the whole entry)."""
+    copy = msgpack.unpackb(msgpack.packb(routes), strict_map_key=False)
+    if position is None:
+        copy[table][index] = value
+    else:
+        copy[table][index][position] = value
+    return copy
+
+
+#: (what, table, index, position, value): values the wire refuses, or of the wrong type.
+SPOILED = [
+    ("writeQueueNums past maxQueueNumsPerTopic", "queues", 0, 1, [["broker-0", 4, 2 ** 31 - 1, 6, 0]]),
+    ("readQueueNums not an int", "queues", 0, 1, [["broker-0", "x", 4, 6, 0]]),
+    ("perm null", "queues", 0, 1, [["broker-0", 4, 4, None, 0]]),
+    ("perm past PermName's bits", "queues", 0, 1, [["broker-0", 4, 4, 16, 0]]),
+    ("topicSysFlag past 32 bits", "queues", 0, 1, [["broker-0", 4, 4, 6, 2 ** 40]]),
+    ("a queue of no group", "queues", 0, 1, [["nobody", 4, 4, 6, 0]]),
+    ("an illegal topic name", "queues", 0, 0, "bad topic!"),
+    ("a broker name with a control character", "groups", 0, 1, "broker\n0"),
+    ("an address of 300 characters", "live", 0, 1, "1" * 300),
+    ("a broker id as text", "groups", 0, 2, [["0", "127.0.0.1:10911"]]),
+    ("enableActingMaster an int", "groups", 0, 3, 1),
+    ("a DataVersion counter past a long", "live", 0, 4, {"counter": 2 ** 63, "timestamp": 1, "stateVersion": 0}),
+    ("a live entry of four fields", "live", 0, None, ["C0", "127.0.0.1:10911", None, None]),
+    ("a filter server not text", "filters", 0, 2, [5]),
+]
+
+
+@pytest.mark.parametrize("what, table, index, position, value", SPOILED, ids=[case[0] for case in SPOILED])
+def test_a_snapshot_with_a_value_no_registration_could_bring_is_set_aside_and_the_server_starts_empty(
+        tmp_path, caplog, what, table, index, position, value) -> None:
+    config, routes = manager(tmp_path)
+    fill(routes)
+    good = decode(b"".join(encode(export_routes(routes), NOW)))[1]
+    path = snapshot_path(config)
+    path.write_bytes(blob(good))
+    _, fresh = manager(tmp_path)
+    assert RouteSnapshots(config, fresh).restore(now=NOW), "the unspoiled tables are restored"
+    path.write_bytes(blob(spoiled(good, table, index, position, value)))
+    _, fresh = manager(tmp_path)
+    caplog.clear()
+    assert not RouteSnapshots(config, fresh).restore(now=NOW), what
+    assert fresh.sizes() == {"brokers": 0, "clusters": 0, "brokerGroups": 0, "topics": 0, "queueDatas": 0}
+    (line,) = [record.getMessage() for record in caplog.records if "refused" in record.getMessage()]
+    assert "\n" not in line and "set aside as" in line and "starting with no routes" in line, line
+    assert not path.exists() and path.with_name("routes.snapshot.refused").exists()
+
+
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_static_topic_mappings_restore_only_as_json_a_registration_could_bring(tmp_path) -> None:
+    config, routes = manager(tmp_path)
+    fill(routes)
+    good = decode(b"".join(encode(export_routes(routes), NOW)))[1]
+    good["mappings"] = {"T1": {"broker-0": {"bname": "broker-0", "epoch": 1, "hosted": [{"a": [1.5, None, True]}]}}}
+    path = snapshot_path(config)
+    for mappings, restored in ((good["mappings"], True),
+                               ({"T1": {"broker-0": {"bname": b"bytes"}}}, False),
+                               ({"T1": {"broker-0": {"deep": nested(20)}}}, False),
+                               ({"T1": {"broker-0": "not a mapping"}}, False)):
+        path.write_bytes(blob({**good, "mappings": mappings}))
+        _, fresh = manager(tmp_path)
+        assert RouteSnapshots(config, fresh).restore(now=NOW) is restored, mappings
+
+
 # ---- a real server
 
 
@@ -195,7 +272,7 @@ def test_a_killed_server_restores_the_routes_of_its_last_periodic_save(restartab
     first.kill()  # no shutdown: what is on disk is the last periodic save
     second = restartable()
     assert route_code(raw_connect(second.address), "Warm2") == ResponseCode.SUCCESS
-    assert not (first.workdir / "routes.snapshot.tmp").exists()
+    assert not list(first.workdir.glob(".routes.snapshot.*.tmp"))  # the last save was whole
 
 
 def test_with_warm_restart_off_a_restart_answers_topic_not_exist(restartable, raw_connect) -> None:
@@ -262,8 +339,8 @@ def test_worker_processes_restore_the_same_tables_and_worker_0_saves_them(restar
     codes = {route_code(raw_connect(second.address)) for _ in range(12)}
     assert codes == {ResponseCode.SUCCESS}
     assert second.log_text().count("restored the routes") == 2
-    assert len(list(second.workdir.glob("routes.snapshot.boot-*"))) == 1  # what the workers restored
+    assert len(list(second.workdir.glob(".routes.snapshot.boot-*"))) == 1  # what the workers restored
     second.stop()
-    assert not list(second.workdir.glob("routes.snapshot.boot-*"))  # the supervisor's copy is gone
+    assert not list(second.workdir.glob(".routes.snapshot.boot-*"))  # the supervisor's copy is gone
     third = restartable(serverWorkerProcesses=2)  # worker 0 saved at shutdown: still there
     assert route_code(raw_connect(third.address), "Warm2") == ResponseCode.SUCCESS

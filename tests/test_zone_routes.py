@@ -246,7 +246,7 @@ def test_a_zone_mode_subscription_is_answered_and_pushed_its_zone(server):
     other = Channel("tcp", b"client-2", "10.0.0.101:50000")
     server.processor.subscriptions.subscribe(other, ["T1"], everything=False, standard=True)
     pushed = server.processor.subscriptions.publish({"T1"}, route_body, lambda topic: True,
-                                                    lambda channel, command: command.encode(), lambda channel: False)
+                                                    lambda channel, command: command.encode())
     assert sorted(asked, key=str) == [None, "zone1"] and len(pushed) == 2
     bodies = {channel: orjson.loads(RemotingCommand.decode(frame[4:]).body)["changes"][0]["route"]
               for channel, frame in pushed}
@@ -260,7 +260,7 @@ def test_subscribers_of_different_zones_do_not_share_frames():
     subs.subscribe(one, ["T"], everything=False, standard=True, zone="zone1")
     subs.subscribe(two, ["T"], everything=False, standard=True, zone="zone2")
     pushed = dict(subs.publish({"T"}, lambda topic, standard, zone: zone.encode(), lambda topic: True,
-                               lambda channel, command: command.body, lambda channel: False))
+                               lambda channel, command: command.body))
     assert b'"route":zone1' in pushed[one] and b'"route":zone2' in pushed[two]
 
 

@@ -11,12 +11,12 @@ from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import EXECUTOR, RETRY, Change, HandlerContext, Hints, Refusal, WriteHandler
 from namesrv.processor.header import RequestHeader
 from namesrv.processor.limits import topic_count_beyond
-from namesrv.processor.route_input import IllegalRoute, check_names, check_queues
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand, wire_string
 from namesrv.protocol.route import KVTable, RegisterBrokerResult
 from namesrv.protocol.topic import DataVersion, QueueFields, TopicQueueTable, decode_registration
 from namesrv.routeinfo import Registrant, RouteTableFull, StaleTopicEntries
+from namesrv.routeinfo.route_input import IllegalRoute, check_names, check_queues
 from namesrv.routeinfo.zones import ZONE_NAME
 
 log = logging.getLogger(__name__)

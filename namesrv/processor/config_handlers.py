@@ -15,7 +15,7 @@ from pathlib import Path
 
 from namesrv.channel import Channel
 from namesrv.config import ConfigError, NamesrvConfig, parse_properties, update_properties
-from namesrv.kvconfig import write_atomically
+from namesrv.files import write_atomically
 from namesrv.processor.context import Change, HandlerContext, Hints, Refusal, WriteHandler
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand

@@ -35,7 +35,10 @@ class HandlerContext:
 
     def __post_init__(self) -> None:
         if self.subscriptions is None:
-            self.subscriptions = RouteSubscriptions(self.config.max_route_subscription_topics)
+            config = self.config
+            self.subscriptions = RouteSubscriptions(config.max_route_subscription_topics,
+                                                    config.max_route_subscription_topics_per_connection,
+                                                    config.max_route_subscription_topics_per_host)
 
     def waiting_for_service(self) -> bool:
         """Inside the needWaitForService window: route queries are refused ("name server not ready").

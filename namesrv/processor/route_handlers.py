@@ -8,12 +8,12 @@ from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import Change, HandlerContext, Hints, Refusal, WriteHandler
 from namesrv.processor.header import RequestHeader
-from namesrv.processor.route_input import IllegalRoute, check_queues, check_topic
 from namesrv.processor.route_push import SubscriptionRefused, route_entry
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.route import QueueData, TopicList, TopicRouteData
 from namesrv.routeinfo import RouteInfoManager, RouteTableFull
+from namesrv.routeinfo.route_input import IllegalRoute, check_queues, check_topic
 from namesrv.routeinfo.zones import requested_zone
 
 #: RocketMQ 5.x FAQUrl.DEFAULT_FAQ_URL, quoted in TOPIC_NOT_EXIST remarks.
@@ -66,7 +66,7 @@ def subscribe_route_changes(ctx: HandlerContext, request: RemotingCommand, chann
         for topic in topics:
             check_topic(topic)
         standard = wants_standard_json(request.version, header.text("acceptStandardJsonOnly"))
-        ctx.subscriptions.subscribe(channel, topics, everything, standard, zone)
+        ctx.subscriptions.subscribe(channel, topics, everything, standard, zone, ctx.routes.has_topic)
     except (IllegalRoute, SubscriptionRefused) as exc:
         return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
     ctx.routes.track_changes()

@@ -27,7 +27,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import shutil
 import struct
 import time
 import zlib
@@ -41,11 +40,13 @@ import msgpack
 
 from namesrv.config import NamesrvConfig
 from namesrv.errors import ProtocolError
-from namesrv.kvconfig import write_atomically
+from namesrv.files import private_copy, write_atomically
+from namesrv.protocol.codes import INT32_MAX, INT32_MIN
 from namesrv.protocol.route import BrokerData, QueueData
 from namesrv.protocol.topic import DataVersion
 from namesrv.routeinfo.manager import RouteInfoManager
-from namesrv.routeinfo.model import BrokerLiveInfo, RouteTables, now_ms
+from namesrv.routeinfo.model import BrokerLiveInfo, Registrant, RouteTables, now_ms
+from namesrv.routeinfo.route_input import IllegalRoute, check_names, check_queues, check_topic
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +165,121 @@ def decode(blob: bytes) -> tuple[int, dict[str, Any]]:
         raise SnapshotError(f"unreadable: {type(exc).__name__}: {exc}") from None
 
 
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+#: Nesting allowed inside a static-topic mapping's info (a real one nests three deep).
+MAX_MAPPING_DEPTH = 16
+
+
+def check_routes(routes: Any, config: NamesrvConfig) -> None:
+    """SnapshotError, naming the first offender in one line, unless every value of `decode`'s
+    tables is one a registration could have brought (namesrv.routeinfo.route_input's rules on
+    names, topics, queue counts and permissions; the header's and body's types and ranges): a
+    file with a valid CRC32 is still a file anyone with write access to the folder may have made."""
+    try:
+        _check_routes(routes, config.max_queue_nums_per_topic)
+    except IllegalRoute as exc:
+        raise SnapshotError(str(exc)) from None
+
+
+def _check_routes(routes: Any, max_queue_nums: int) -> None:
+    _of(routes, dict, "the tables")
+    for cluster, names in _of(routes.get("clusters"), dict, "clusters").items():
+        _name(_of(cluster, str, "clusters: a cluster name"), "cluster_name")
+        for name in _of(names, list, f"clusters[{cluster!r}]"):
+            _name(_of(name, str, f"clusters[{cluster!r}]: a broker name"), "broker_name")
+    groups = set()
+    for i, group in enumerate(_of(routes.get("groups"), list, "groups")):
+        cluster, name, addrs, acting, zone = _row(group, 5, f"groups[{i}]")
+        _name(_of(cluster, str, f"groups[{i}].clusterName"), "cluster_name")
+        _name(_of(name, str, f"groups[{i}].brokerName"), "broker_name")
+        for pair in _of(addrs, list, f"groups[{i}].brokerAddrs"):
+            broker_id, addr = _row(pair, 2, f"groups[{i}].brokerAddrs")
+            _long(broker_id, f"groups[{i}].brokerId")
+            _name(_of(addr, str, f"groups[{i}].brokerAddr"), "broker_addr")
+        _of(acting, bool, f"groups[{i}].enableActingMaster")
+        _name(_of(zone, (str, type(None)), f"groups[{i}].zoneName"), "zone_name")
+        groups.add(name)
+    for i, live in enumerate(_of(routes.get("live"), list, "live")):
+        cluster, addr, ha, timeout, version = _row(live, 5, f"live[{i}]")
+        _name(_of(cluster, str, f"live[{i}].clusterName"), "cluster_name")
+        _name(_of(addr, str, f"live[{i}].brokerAddr"), "broker_addr")
+        _name(_of(ha, (str, type(None)), f"live[{i}].haServerAddr"), "ha_server_addr")
+        if timeout is not None:
+            _long(timeout, f"live[{i}].heartbeatTimeoutMillis")
+        for field, value in _of(version, dict, f"live[{i}].dataVersion").items():
+            _long(value, f"live[{i}].dataVersion.{field}")
+    for i, entry in enumerate(_of(routes.get("filters"), list, "filters")):
+        cluster, addr, servers = _row(entry, 3, f"filters[{i}]")
+        _name(_of(cluster, str, f"filters[{i}].clusterName"), "cluster_name")
+        _name(_of(addr, str, f"filters[{i}].brokerAddr"), "broker_addr")
+        for server in _of(servers, list, f"filters[{i}].filterServerList"):
+            _of(server, str, f"filters[{i}].filterServerList[]")
+    for topic, infos in _of(routes.get("mappings"), dict, "mappings").items():
+        _of(topic, str, "mappings: a topic")
+        for name, info in _of(infos, dict, f"mappings[{topic[:64]!r}]").items():
+            _of(name, str, f"mappings[{topic[:64]!r}]: a brokerName")
+            _json(_of(info, dict, f"mappings[{topic[:64]!r}][{name[:64]!r}]"), f"mappings[{topic[:64]!r}]", 0)
+    for i, entry in enumerate(_of(routes.get("queues"), list, "queues")):
+        topic, rows = _row(entry, 2, f"queues[{i}]")
+        check_topic(topic)
+        for row in _of(rows, list, f"queues[{i}] ({topic!r})"):
+            if (type(row) is not list or len(row) != 5 or row[0] not in groups or type(row[1]) is not int
+                    or type(row[2]) is not int or type(row[3]) is not int or type(row[4]) is not int
+                    or not INT32_MIN <= row[4] <= INT32_MAX):
+                raise SnapshotError(f"queues[{i}] ({topic!r}): {str(row)[:120]} is not [brokerName of a group, "
+                                    "readQueueNums, writeQueueNums, perm, topicSysFlag (32-bit integers)]")
+        check_queues(((topic, *row[1:]) for row in rows), max_queue_nums)
+
+
+#: A registrant with no name in it: `_name` checks one at a time with the registration's own rule.
+_NO_NAMES = Registrant("", "", "", 0)
+
+
+def _name(value: str | None, field: str) -> None:
+    """A name or address by the rule a registration's (`check_names`), `field` its Registrant field."""
+    check_names(_NO_NAMES._replace(**{field: value}))
+
+
+def _of(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
+    """`value` if its type is `kind` exactly (a bool is no int), else SnapshotError naming `where`."""
+    if type(value) is kind or (isinstance(kind, tuple) and type(value) in kind):
+        return value
+    expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    raise SnapshotError(f"{where}: {expected} expected, got {type(value).__name__} {str(value)[:64]!r}")
+
+
+def _row(value: Any, length: int, where: str) -> list:
+    if type(value) is not list or len(value) != length:
+        raise SnapshotError(f"{where}: a list of {length} expected, got {str(value)[:64]!r}")
+    return value
+
+
+def _long(value: Any, where: str) -> int:
+    """A Java long, as a header's or body's integer field must be."""
+    if type(value) is not int or not _INT64_MIN <= value <= _INT64_MAX:
+        raise SnapshotError(f"{where}: a 64-bit integer expected, got {str(value)[:64]!r}")
+    return value
+
+
+def _json(value: Any, where: str, depth: int) -> None:
+    """What a registration's JSON body could hold: objects with text keys, arrays, text, 64-bit
+    integers, floats, booleans and null, nested at most MAX_MAPPING_DEPTH deep."""
+    if depth > MAX_MAPPING_DEPTH:
+        raise SnapshotError(f"{where}: nested more than {MAX_MAPPING_DEPTH} deep")
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            _of(key, str, f"{where}: a key")
+            _json(item, where, depth + 1)
+    elif kind is list:
+        for item in value:
+            _json(item, where, depth + 1)
+    elif kind is int:
+        _long(value, where)
+    elif kind not in (str, float, bool, type(None)):
+        raise SnapshotError(f"{where}: {kind.__name__} is no JSON value")
+
+
 @contextmanager
 def no_collection() -> Iterator[None]:
     """Python's cyclic collector paused: copying 300,000 queue entries makes as many new lists, and
@@ -198,9 +314,8 @@ class BootCopy:
         source = snapshot_path(config)
         if not config.route_snapshot_enable or not source.exists():
             return None
-        target = source.with_name(f"{source.name}.boot-{os.getpid()}")
         try:
-            shutil.copy2(source, target)
+            target = private_copy(source, f".{source.name}.boot-")
         except OSError as exc:
             log.error("route snapshot %s not copied for the workers (%s): they start with no routes", source, exc)
             return None
@@ -248,18 +363,34 @@ class RouteSnapshots:
                             "with no routes", path, age_s, max_age)
                 return False
             with no_collection():
+                check_routes(tables, self._config)
                 sizes = restore_routes(self._routes, tables, now)
         except FileNotFoundError:
             log.info("no route snapshot at %s: starting with no routes", path)
             return False
-        except (OSError, SnapshotError, ValueError) as exc:
-            log.error("route snapshot %s not restored (%s): starting with no routes", path, exc)
+        except (SnapshotError, ValueError) as exc:
+            aside = self._set_aside(path)
+            log.error("route snapshot %s refused%s: %s; starting with no routes", path,
+                      f" and set aside as {aside}" if aside is not None else "", exc)
+            return False
+        except OSError as exc:
+            log.error("route snapshot %s not read (%s): starting with no routes", path, exc)
             return False
         self._saved_changes = self._routes.route_changes
         log.info("restored the routes held %.1f s ago from %s in %.3f s: %s; each broker expires unless it "
                  "registers again within its timeout", age_s, path, time.perf_counter() - started,
                  ", ".join(f"{count} {what}" for what, count in sizes.items()))
         return True
+
+    def _set_aside(self, path: Path) -> Path | None:
+        """Move a refused file out of the way (the next save would replace it) for the operator to
+        look at: `<snapshot>.refused`, the last one only. None if it could not be moved."""
+        aside = self.path.with_name(f"{self.path.name}.refused")
+        try:
+            os.replace(path, aside)
+        except OSError:
+            return None
+        return aside
 
     def save(self, force: bool = False) -> bool:
         """Write the tables if a route changed since the last write (`force`: anyway), else touch the
@@ -268,7 +399,7 @@ class RouteSnapshots:
         changes = routes.route_changes  # read first: a change during the export is saved next time
         if not force and changes == self._saved_changes:
             try:
-                os.utime(self.path)
+                os.utime(self.path, follow_symlinks=False)
             except FileNotFoundError:
                 self._saved_changes = None  # removed behind our back: written at the next call
             return False
