@@ -33,7 +33,7 @@ from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
 from namesrv.protocol.json_header import decode_json_header
-from namesrv.request_stats import FAST_PATH, RequestTally
+from namesrv.request_stats import FAST_PATH, AnswerSlot, RequestTally
 
 #: The route query's codes, as plain ints (an IntEnum member costs more to look up and hash).
 _ROUTE_QUERY = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
@@ -89,6 +89,8 @@ class InlineAnswers:
         self._writes_answered: dict[tuple[int, int], int] = {}
         #: Kept: counting a chunk of cached route answers must cost no more than the clock reading.
         self._route_slot = self.tally.slot(_ROUTE_QUERY, _SUCCESS, FAST_PATH)
+        #: The slots of the writes answered here, by (request code, response code): as kept.
+        self._write_slots: dict[tuple[int, int], AnswerSlot] = {}
 
     def answer_all(self, frames: list[bytes], channel: Channel,
                    arrived: float) -> tuple[list[bytes], list[RemotingCommand]]:
@@ -142,8 +144,12 @@ class InlineAnswers:
             self._route_slot.add(seconds, self._routes_answered)
             self._routes_answered = 0
         if self._writes_answered:
-            for (code, response), count in self._writes_answered.items():
-                self.tally.add(code, response, FAST_PATH, seconds, count)
+            slots = self._write_slots
+            for key, count in self._writes_answered.items():
+                slot = slots.get(key)
+                if slot is None:
+                    slot = slots[key] = self.tally.slot(key[0], key[1], FAST_PATH)
+                slot.add(seconds, count)
             self._writes_answered.clear()
 
     def answer(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand | None:

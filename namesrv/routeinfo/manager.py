@@ -155,13 +155,15 @@ class RouteInfoManager:
                     or self._config.delete_topic_with_broker_registration):
                 return None
             applies_topics = broker_id == MASTER_ID or (acting is not None and broker_id == min(group.broker_addrs))
-            if applies_topics and not (live.topics_applied and self._queues_unchanged_since(live, broker_name)):
+            if applies_topics and not (live.topics_applied
+                                       and live.queue_changes_seen == self._queues.changes_of(broker_name)):
                 return None
             live.last_update_timestamp = self._clock()
             if live.channel is not channel and live.channel != channel:
                 self._live.set_channel(key, live, channel)
             self.registrations["unchanged"] += 1
-            return self._master_of_locked(group, registrant.cluster_name, broker_id)
+            return _NO_MASTER if broker_id == MASTER_ID else self._master_of_locked(group, registrant.cluster_name,
+                                                                                    broker_id)
 
     def topic_entries(self, registrant: Registrant) -> bytes | None:
         """The topic entries of this master's last registration when the route table still holds
