@@ -93,6 +93,16 @@ def test_requests_are_stamped_as_the_encoder_writes_them_with_opaques_in_turn(im
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_a_cut_drops_what_is_scheduled_from_then_on(impl):
+    made = generator(impl)
+    made.schedule(array("q", [11, 12, 13, 14]), array("i", [0] * 4), array("i", [0] * 4))
+    made.send_due(11)
+    assert made.cancel(13) == 2 and made.scheduled == 1 and made.cancel(100) == 0
+    made.schedule(array("q", [12]), array("i", [0]), array("i", [0]))  # after what is left, not what was
+    assert made.send_due(20) == 2 and made.sent == 3
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def test_answers_are_matched_by_opaque_and_counted_in_hdr_buckets(impl):
     made = generator(impl)
     made.schedule(array("q", [9 * SECOND, 10 * SECOND + 1, 11 * SECOND, 11 * SECOND]), array("i", [0, 1, 2, 0]),
@@ -220,6 +230,7 @@ EVENTS = st.lists(st.one_of(
     st.tuples(st.just("json"), st.integers(0, 1), st.dictionaries(HEADER_KEYS, JSON_VALUES, max_size=4)),
     st.tuples(st.just("send"), st.integers(0, 30)),
     st.tuples(st.just("drop"), st.integers(0, 1)),
+    st.tuples(st.just("cancel"), st.integers(0, 3 * SECOND)),
 ), max_size=40)
 
 
@@ -245,6 +256,8 @@ def test_the_twins_write_and_record_the_same_for_any_traffic(requests, events, c
             results = [one.send_due(now) for one in made]
         elif event[0] == "drop":
             results = [one.drop(event[1]) for one in made]
+        elif event[0] == "cancel":
+            results = [one.cancel(10 * SECOND + event[1]) for one in made]
         else:
             if event[0] == "answer":
                 data = answer(event[2], event[3], event[4])

@@ -395,6 +395,14 @@ cdef class RequestGenerator:
         finally:
             PyBuffer_Release(&at_view)
 
+    def cancel(self, long long after_ns):
+        cdef Py_ssize_t keep = self._due_next, dropped
+        while keep < self._due_len and self._due_at[keep] < after_ns:
+            keep += 1
+        dropped = self._due_len - keep
+        self._due_len = keep
+        return dropped
+
     @property
     def scheduled(self):
         return self._due_len - self._due_next

@@ -118,6 +118,15 @@ class RequestGenerator:
             self._next_due = 0
         self._due.extend(zip(intended, chosen, on))
 
+    def cancel(self, after_ns: int) -> int:
+        """Drop the scheduled requests intended at `after_ns` or later (a run cut short); how many."""
+        keep = self._next_due
+        while keep < len(self._due) and self._due[keep][0] < after_ns:
+            keep += 1
+        dropped = len(self._due) - keep
+        del self._due[keep:]
+        return dropped
+
     @property
     def scheduled(self) -> int:
         """Requests scheduled and not sent yet."""
