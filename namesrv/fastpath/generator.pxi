@@ -489,16 +489,13 @@ cdef class RequestGenerator:
 
     # ---- the loop
     def pump(self, long long until_ns):
-        cdef int64_t now, wake
+        cdef int64_t wake
         cdef Py_ssize_t c, polled
         cdef _GenConn *conn
         cdef timespec timeout
         cdef int ready
         while True:
-            now = _gen_now()
-            if now >= until_ns:
-                return
-            self._send_due(now)
+            self._send_due(_gen_now())
             _gen_reserve(<void **>&self._polled, &self._polled_cap, self._conn_count, sizeof(pollfd))
             _gen_reserve(<void **>&self._polled_conn, &self._polled_conn_cap, self._conn_count, 4)
             polled = 0
@@ -535,6 +532,8 @@ cdef class RequestGenerator:
                     self._read(conn)
                 if conn.alive and conn.out_len and self._polled[c].revents & POLLOUT:
                     self._write(conn)
+            if _gen_now() >= until_ns:
+                return
 
     cdef int _read(self, _GenConn *conn) except -1:
         cdef Py_ssize_t got

@@ -212,12 +212,10 @@ class RequestGenerator:
 
     # ---- the loop
     def pump(self, until_ns: int) -> None:
-        """Send what is due, write, wait for answers and read them, until the monotonic clock reaches `until_ns`."""
+        """Send what is due, write, wait for answers and read them, until the monotonic clock reaches
+        `until_ns` (one pass, without waiting, when it already has)."""
         while True:
-            now = time.monotonic_ns()
-            if now >= until_ns:
-                return
-            self.send_due(now)
+            self.send_due(time.monotonic_ns())
             poller, polled = select.poll(), {}
             for conn, connection in enumerate(self._conns):
                 if connection.alive and connection.fd >= 0:
@@ -235,6 +233,8 @@ class RequestGenerator:
                     self._read(conn, connection)
                 if connection.alive and connection.out and events & select.POLLOUT:
                     self._write(connection)
+            if time.monotonic_ns() >= until_ns:
+                return
 
     def _read(self, conn: int, connection: _Connection) -> None:
         for _ in range(16):
