@@ -21,10 +21,10 @@ from hdrh.log import HistogramLogReader
 
 from bench import spark_report
 from bench.heartbeat_storm import StormSettings, run_storm
-from bench.storm.fleet import FleetShape
-from bench.storm.hdr import new_histogram
+from bench.lib.fleet import FleetShape
+from bench.lib.hdr import new_histogram
 from bench.storm.recorder import IntervalRecorder
-from bench.storm.server_metrics import (
+from bench.report.server_metrics import (
     END_FILE,
     START_FILE,
     Buckets,
@@ -35,7 +35,7 @@ from bench.storm.server_metrics import (
     run_window,
     window_delta,
 )
-from bench.storm.rundir import ResourceSample, RunRecorder
+from bench.lib.output import ResourceSample, RunRecorder
 from bench.storm.subscriber import PROPAGATION
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import RequestCode
@@ -278,7 +278,7 @@ def test_duplicate_run_and_missing_meta_are_clear_errors(spark, two_runs, tmp_pa
     empty = tmp_path / "not-a-run"
     empty.mkdir()
     (empty / "x").write_text("")
-    with pytest.raises(FileNotFoundError, match="holds no storm run directories"):
+    with pytest.raises(FileNotFoundError, match="holds no run directories"):
         spark_report.load_runs(spark, [str(empty)])
 
 

@@ -1,9 +1,9 @@
-"""bench/storm/verdict.py: the one rule behind a step's judgement, a search's knee and a sweep's best."""
+"""bench/lib/verdict.py: the one rule behind a step's judgement, a search's knee and a sweep's best."""
 from __future__ import annotations
 
 import pytest
 
-from bench.storm.verdict import Candidate, KindFacts, Slo, StepFacts, choose_best, find_knee, judge, slo_latency_ms, \
+from bench.lib.verdict import Candidate, KindFacts, Slo, StepFacts, choose_best, find_knee, judge, slo_latency_ms, \
     step_facts
 
 SLO = Slo(latency_ms=5.0, error_budget=0.001, min_samples=1000)

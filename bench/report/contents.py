@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from bench.report.inputs import Run
-from bench.storm import verdict
+from bench.lib import verdict
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ from urllib.parse import unquote, urlparse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bench.storm import server_metrics, verdict
-from bench.storm.rundir import thread_config
+from bench.lib import verdict
+from bench.report import server_metrics
+from bench.lib.output import thread_config
 
 log = logging.getLogger("spark_report")
 
@@ -107,7 +108,7 @@ def find_run_uris(locations: Sequence[str], spark: SparkSession | None = None) -
 
 
 def _no_runs(where: str) -> str:
-    return f"{where} holds no storm run directories (no meta.json within {RUN_SEARCH_DEPTH} levels)"
+    return f"{where} holds no run directories (no meta.json within {RUN_SEARCH_DEPTH} levels)"
 
 
 def _local_run_uris(uri: str) -> list[str]:
@@ -118,7 +119,7 @@ def _local_run_uris(uri: str) -> list[str]:
     if not root.exists():
         raise FileNotFoundError(f"{root} does not exist")
     if not root.is_dir():
-        raise FileNotFoundError(f"{root} is not a storm run directory (a folder holding meta.json)")
+        raise FileNotFoundError(f"{root} is not a run directory (a folder holding meta.json)")
     found, level = [], [root]
     for _ in range(RUN_SEARCH_DEPTH):
         children = [child for folder in level for child in folder.iterdir()
@@ -160,7 +161,7 @@ def load_runs(spark: SparkSession, locations: Sequence[str]) -> list[Run]:
         wanted = _tail(uri) + "/meta.json"
         text = next((body for path, body in texts.items() if path.rstrip("/").endswith(wanted)), None)
         if text is None:
-            raise FileNotFoundError(f"{uri} has no meta.json: not a storm run directory")
+            raise FileNotFoundError(f"{uri} has no meta.json: not a run directory")
         meta = json.loads(text)
         runs.append(Run(meta["run_id"], uri, meta))
     seen: dict[str, str] = {}

@@ -15,7 +15,7 @@ import pandas as pd
 
 from bench.report.contents import ReportTables
 from bench.report.inputs import Run
-from bench.storm import verdict
+from bench.lib import verdict
 from namesrv.protocol import RequestCode
 
 

@@ -17,8 +17,9 @@ from bench.report.inputs import Run, natural_key
 from bench.report.judging import saturation_searches
 from bench.report.percentiles import SPECTRUM_PERCENTILES
 from bench.report.tables import host_load
-from bench.storm import svgplot, verdict
-from bench.storm.rundir import SEND_DELAY_WARNING_US
+from bench.lib import verdict
+from bench.report import svgplot
+from bench.lib.output import SEND_DELAY_WARNING_US
 
 
 def render_html(tables: ReportTables, runs: Sequence[Run], title: str) -> str:
