@@ -32,9 +32,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import pandas as pd
 from pyspark.sql import SparkSession
 
 from bench.lib import cli
+from bench.report import browser
 from bench.report.contents import Groups, ReportTables, report_groups
 from bench.report.inputs import RUN_SEARCH_DEPTH, Run, find_run_uris, load_runs
 from bench.report.percentiles import SPECTRUM_PERCENTILES, SUMMARY_PERCENTILES, percentile_column
@@ -73,12 +75,16 @@ def build_report(spark: SparkSession, locations: Sequence[str], out_dir: Path,
                  title: str = "namesrv heartbeat storm report", baseline: str | None = None) -> Path:
     """Compute every table, write them as CSV under out_dir/csv and the HTML to out_dir/report.html."""
     runs = load_runs(spark, locations)
-    tables = compute_tables(spark, runs, baseline)
+    measured = [run for run in runs if run.measured]
+    others = [run for run in runs if not run.measured]
+    tables = compute_tables(spark, measured, baseline) if measured else None
     (out_dir / "csv").mkdir(parents=True, exist_ok=True)
-    for name, frame in tables.items():
+    for name, frame in tables.items() if tables is not None else ():
         frame.to_csv(out_dir / "csv" / f"{name}.csv", index=False)
+    for run in others:
+        pd.DataFrame(run.meta.get("results") or []).to_csv(out_dir / "csv" / f"results-{run.run_id}.csv", index=False)
     report = out_dir / "report.html"
-    report.write_text(render_html(tables, runs, title), encoding="utf-8")
+    report.write_text(render_html(tables, measured, title, others), encoding="utf-8")
     return report
 
 
@@ -106,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--master", help="Spark master URL; when absent: local[*], or the master spark-submit "
                                          "was given")
     parser.add_argument("--title", default="namesrv heartbeat storm report", help="the report's heading")
+    parser.add_argument("--screenshot", choices=("auto", "off"), default="auto",
+                        help="auto: with Chromium installed, a screenshot of the report's first screen "
+                        "(first-screen.png beside report.html)")
     parser.add_argument("--baseline", metavar="NAME",
                         help="the group the comparison's ratios are relative to: a saturation search, "
                              "configuration label or run id; when absent: the search named java if searches "
@@ -122,5 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"report: {exc}", file=sys.stderr)
         return 2
     print(f"report: {report}")
+    if args.screenshot == "auto":
+        if browser.chromium() is None:
+            print("first screen: no screenshot, Chromium is not installed (apt-get install -y chromium)")
+        else:
+            print(f"first screen: {browser.screenshot(report, report.parent / 'first-screen.png')}")
     return 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape
 from pathlib import Path
 
 import pandas as pd
@@ -104,7 +105,8 @@ def test_saturation_steps_are_judged_and_partial_steps_are_not(saturation_report
     knees = {r["search"]: r for r in tables.records("Saturation", "Knees")}
     assert (knees["namesrv"]["knee_offered_per_s"], knees["namesrv"]["knee ÷ java's"]) == ("1,000", "2.00×")
     assert [r["verdict"] for r in tables.records("Saturation", "Search namesrv")][-1] == "partial (not judged)"
-    assert "Comparison" in html and "(log scale)" in html
+    assert "Comparison" not in html and "(log scale)" in html  # the knees and their ratio are not shown twice
+    assert unescape(html).count("knee ÷ java's") == 1
 
 
 def test_saturation_charts_use_log_axes(saturation_report):
@@ -308,4 +310,5 @@ def test_a_step_whose_answers_never_came_is_judged_alike_by_the_storm_and_the_re
     report = spark_report.build_report(spark, [str(tmp_path / "lost")], tmp_path / "report")
     steps = pd.read_csv(report.parent / "csv" / "saturation_steps.csv", keep_default_na=False)
     assert not storm.met and "errors 50.00% > budget 0.10%" in storm.reasons
-    assert steps.loc[0, "verdict"] == "missed" and steps.loc[0, "reasons"] == "; ".join(storm.reasons)
+    assert steps.loc[0, "verdict"] == "missed (not every kind judged)" and storm.unjudged  # no route answer to judge
+    assert steps.loc[0, "reasons"] == "; ".join(storm.reasons)

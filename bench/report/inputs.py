@@ -53,6 +53,21 @@ class Run:
         return propagation if propagation.get("subscribers") else None
 
     @property
+    def measured(self) -> bool:
+        """Whether the run recorded latency histograms (a storm, a knee's or a sweep's step); else it is
+        another verb's, whose figures are its meta.json's "results"."""
+        return "histograms" in (self.meta.get("files") or {})
+
+    @property
+    def implementation(self) -> str:
+        return (self.meta.get("server") or {}).get("implementation") or "unknown"
+
+    @property
+    def cores(self) -> dict | None:
+        """The CPUs the server and the generator ran on (bench/lib/servers.CorePlan), None when not pinned."""
+        return (self.meta.get("generator") or {}).get("cores") or None
+
+    @property
     def saturation(self) -> dict | None:
         """meta.json's "saturation" when the run is a step of a saturation search, else None."""
         return self.meta.get("saturation") or None
@@ -190,8 +205,12 @@ def read_server_windows(spark: SparkSession, runs: Sequence[Run]) -> dict[str, s
     for path, text in files:
         directory, _, name = _tail(path).rpartition("/")
         scrapes[run_ids[directory]][name] = text
-    return {run.run_id: server_metrics.run_window(scrapes[run.run_id], run.meta.get("server_metrics"))
-            for run in runs}
+    return {run.run_id: server_metrics.ServerWindow(problem=JAVA_HAS_NO_METRICS) if run.implementation == "java"
+            else server_metrics.run_window(scrapes[run.run_id], run.meta.get("server_metrics")) for run in runs}
+
+
+#: Why a Java step has no server-side latency: there is nothing to scrape, whatever the storm was told.
+JAVA_HAS_NO_METRICS = "the Java NameServer 4.9.8 has no /metrics (it exports no Prometheus histogram to read)"
 
 
 def natural_key(text: str) -> list:
