@@ -151,7 +151,7 @@ def drive(address: tuple[str, int], pools: tuple[tuple[bytes, ...], ...], in_fli
     selector = selectors.DefaultSelector()
     states = []
     for pool in pools:
-        sock = Client(f"{address[0]}:{address[1]}", timeout=5, tls=tls).sock  # (TLS: bench/tls.py)
+        sock = Client(f"{address[0]}:{address[1]}", timeout=5, tls=tls).sock  # (TLS: the tls verb)
         state = [sock, pool, 0, b""]  # socket, frame pool, next index, partial frame
         states.append(state)
         selector.register(sock, selectors.EVENT_READ, state)

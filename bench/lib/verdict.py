@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 #: Percentiles a storm summary carries, by SLO percentile: the summary row key.
 SLO_PERCENTILE_KEYS = {50.0: "p50_ms", 99.0: "p99_ms", 99.9: "p99_9_ms"}
-#: Two scores closer than this share are a tie on this host (bench.throughput legs vary by 10-20 %).
+#: Two scores closer than this share are a tie on this host (the throughput verb's legs vary by 10-20 %).
 DEFAULT_NOISE_SHARE = 0.10
 #: Resource samples sit on a 1-s grid from the window's start; one at most this late still belongs to it.
 _SAMPLE_SLACK_S = 0.5

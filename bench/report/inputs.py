@@ -85,7 +85,7 @@ class Run:
     def offered_per_s(self) -> float:
         """The open-loop rates summed; 0 for a closed loop, whose load is whatever the server answers.
 
-        A search's step is judged at the rate the search planned (bench/saturation.py), which the
+        A search's step is judged at the rate the search planned (`python -m bench knee`), which the
         fleet's per-kind rates only sum to up to float rounding: that rate, so knees match the search's.
         """
         load = self.meta.get("load") or {}
