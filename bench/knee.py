@@ -16,7 +16,8 @@ Spark report applies to the same runs.
 
 On a host with few cores, --pin auto (the default) gives the servers under test and the generator
 CPUs of their own, the same CPUs for every target (bench/lib/servers.core_plan), so the knee
-measures the server, not the fight for a core. The generator watches itself: a step that misses
+measures the server, not the fight for a core. --ceiling adds the echo ceiling as a target: its
+knee is the generator's own (the steps' generator CPU per request says how near one core it is). The generator watches itself: a step that misses
 while its send lag or CPU says the generator was the limit is run again with one more generator
 process (up to --max-workers); when it cannot be helped, the knee is reported as a lower bound
 and says why.
@@ -141,6 +142,7 @@ def run_step(search: Search, target: Target, base: StormSettings, out_dir: Path,
         first = number == 1
         settings = replace(
             base, address=target.address, server_pid=target.pid, metrics_url=target.metrics_url, launch=None,
+            echo_ok=target.implementation == "ceiling",
             fleet=scaled_fleet(base.fleet, rate), workers=search.workers, runs_dir=out_dir / target.name,
             run_id=f"{target.name}-step{number:02d}", progress=False,
             warmup_s=max(base.warmup_s, search.prime_s) if first else base.warmup_s,
@@ -329,6 +331,9 @@ def build_knee_parser() -> argparse.ArgumentParser:
     targets = parser.add_argument_group("targets")
     targets.add_argument("--name", default="server", help="the target's name in the results when not --launch")
     cli.add_java(targets)
+    targets.add_argument("--ceiling", action="store_true",
+                         help="also search the echo ceiling (a server that only echoes frames, on the servers' CPUs): "
+                         "its knee is what the generator reaches on its own CPUs")
     return parser
 
 
@@ -361,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         if base.cores is not None:
             print(base.cores.line(), flush=True)
         with open_targets(None if args.launch else base.address, cli.parse_overrides(args.server_set), args.java,
-                          args.java_opts, cores=base.cores,
+                          args.java_opts, ceiling=args.ceiling, cores=base.cores,
                           name="namesrv" if args.launch else args.name) as (targets, skipped):
             if skipped:
                 print(skipped, flush=True)

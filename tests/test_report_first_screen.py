@@ -185,3 +185,15 @@ def test_the_committed_screenshots_are_first_screens():
     assert shots, f"no screenshot of a report's first screen in {SCREENSHOTS}"
     for shot in shots:
         assert png_size(shot) == browser.FIRST_SCREEN, shot
+
+
+def test_a_search_with_no_knee_says_so_instead_of_an_empty_table(spark, tmp_path):  # noqa: F811
+    bench = tmp_path / "bench"
+    for step, offered in enumerate((1000, 500), start=1):
+        saturation = {"search": "namesrv", "implementation": "namesrv", "step": step, "offered_per_s": float(offered),
+                      "workers": 1, "slo": SLO.describe(), "max_rate": 1e6, "target": "127.0.0.1:1"}
+        make_step(bench / "namesrv", f"namesrv-step{step:02d}", latency_ms=9.0, rates={ROUTE: offered}, seed=step,
+                  extra_meta={"saturation": saturation})
+    html = unescape(spark_report.build_report(spark, [str(bench)], tmp_path / "report").read_text(encoding="utf-8"))
+    assert "<b>namesrv: no knee; namesrv met the SLO at no rate (no step met the SLO)</b>" in html
+    assert "No search has a knee" in html and "client ÷ server p99" not in html

@@ -55,9 +55,8 @@ def _knee_verdict(tables: ReportTables, runs: Sequence[Run]) -> tuple[str, list[
     baseline = tables.groups.baseline if tables.groups is not None else next(iter(knees))
     order = sorted(knees, key=lambda name: name == baseline)  # the baseline last: "namesrv ÷ java"
     searches = saturation_searches(runs)
-    shown = [f"{name} {'knee ' if i == 0 else ''}" + ("none" if knees[name].offered_per_s is None
-                                                       else f"{rate(knees[name].offered_per_s)}/s")
-             for i, name in enumerate(order)]
+    shown = [f"{name}: no knee" if knees[name].offered_per_s is None
+             else f"{name} {'knee ' if i == 0 else ''}{rate(knees[name].offered_per_s)}/s" for i, name in enumerate(order)]
     head = ", ".join(shown)
     if len(order) == 2 and all(knees[name].offered_per_s for name in order):
         head += f": {knees[order[0]].offered_per_s / knees[order[1]].offered_per_s:.2f}×"
@@ -83,6 +82,8 @@ def _knee_verdict(tables: ReportTables, runs: Sequence[Run]) -> tuple[str, list[
 
 
 def _bound(name: str, knee: verdict.Knee) -> str:
+    if knee.offered_per_s is None:
+        return f"{name} met the SLO at no rate ({knee.note})"
     if knee.bound == "slo":
         return f"{name} bounded by {'; '.join(knee.miss_reasons)} at {rate(knee.miss_per_s)}/s"
     if knee.bound == "generator":
@@ -133,9 +134,13 @@ def knee_first_screen(tables: ReportTables, runs: Sequence[Run], colors: svgplot
     searches = saturation_searches(runs)
     chart = knee_chart(tables, searches, colors)
     side, sentences = _at_the_knee(tables, searches)
+    if side.empty:
+        sentences.append("No search has a knee: there is no knee step to set the client's latency beside the "
+                         "server's.")
     return (f"<div class=first><div>{chart}</div><div class=at-knee><h3>At the knee: client and server</h3>"
             + "".join(f"<p class=verdict-detail>{escape(sentence)}</p>" for sentence in sentences)
-            + table(side, LATENCY_COLUMNS, {"p99_ratio": "client ÷ server p99"}) + "</div></div>")
+            + ("" if side.empty else table(side, LATENCY_COLUMNS, {"p99_ratio": "client ÷ server p99"}))
+            + "</div></div>")
 
 
 def knee_chart(tables: ReportTables, searches: dict[str, list[Run]], colors: svgplot.Palette) -> str:
