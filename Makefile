@@ -41,7 +41,7 @@ test: $(DEV_STAMP)
 BENCH_OUT := runs/bench-$(shell date +%Y%m%d-%H%M%S)
 BENCH_FLEET ?= --brokers 128 --topics 200 --queues 8 --clusters 2 --register-period 2 --heartbeat-period 0 \
 	--route-clients 5000 --route-poll-period 1
-BENCH_SEARCH ?= --java auto --slo-ms 5 --seconds 8 --warmup 2 --prime 15 --max-steps 8
+BENCH_SEARCH ?= --java auto --slo-ms 5 --seconds 5 --warmup 1.5 --prime 8 --max-steps 6 --resolution 0.15
 bench: $(DEV_STAMP)
 	$(BIN)/python -m bench knee --launch --out $(BENCH_OUT) $(BENCH_FLEET) $(BENCH_SEARCH)
 	$(BIN)/python -m bench report $(BENCH_OUT) --out $(BENCH_OUT)/report --title "namesrv against Java: the knee"

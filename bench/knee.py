@@ -187,8 +187,9 @@ def format_step(name: str, number: int, facts: StepFacts, verdict: Judgement, wo
             + "): ")
     if facts.partial:
         return line + "partial (Ctrl-C), not judged"
-    line += "met" if verdict.met else "missed: " + "; ".join(verdict.reasons)
-    if verdict.unjudged:
+    line += "met" if verdict.met else ("not judged: " if verdict.nothing_judged else "missed: ") + "; ".join(
+        verdict.reasons)
+    if verdict.unjudged and not verdict.nothing_judged:
         line += " [unjudged: " + "; ".join(verdict.unjudged) + "]"
     if verdict.generator_limited:
         line += " [generator: " + "; ".join(verdict.generator_reasons) + "]"

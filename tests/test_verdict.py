@@ -39,6 +39,17 @@ def test_a_kind_with_too_few_answers_is_not_judged_on_latency():
     assert verdict.met
     assert verdict.unjudged == ("REGISTER_BROKER: 300 answers, fewer than the 1000 a p99 needs",)
     assert slo_latency_ms(step(10_000, register_p99=40.0, register_answers=300), SLO) == 1.0
+    assert verdict.outcome == "met (not every kind judged)"
+
+
+def test_a_step_with_no_kind_to_judge_vouches_for_nothing_and_does_not_meet_the_slo():
+    few = StepFacts(100.0, 1.0, (KindFacts("GET_ROUTEINFO_BY_TOPIC", 90, 90, 0, 40.0, 0.1),
+                                 KindFacts("REGISTER_BROKER", 10, 10, 0, 40.0, 0.1)))
+    verdict = judge(few, SLO)
+    assert not verdict.met and verdict.nothing_judged and verdict.outcome == "not judged (too few answers)"
+    assert verdict.reasons == ("no request kind had the 1000 answers a p99 needs: nothing judged (a longer step, "
+                               "or a higher load)",)
+    assert find_knee([(few, verdict)]).offered_per_s is None
 
 
 @pytest.mark.parametrize("facts, reason", [

@@ -11,7 +11,8 @@ A step *meets* the SLO when every request kind's latency at the SLO percentile (
 intended send time) is within the SLO, errors (error codes and requests never answered) stay within
 the error budget, and the server answered at least `min_answered_share` of the offered load. A
 kind with fewer than `min_samples` answers (a p99 of 33 samples is just the maximum) is not judged
-on latency, and says so; a fixed-load sweep with no kind left to judge names no best. A step is
+on latency, and says so; a step with no kind left to judge is *not judged* and does not meet the
+SLO (it vouches for no latency), and a fixed-load sweep with no kind left to judge names no best. A step is
 *generator-limited* when a generator process was busy `generator_cpu_limit` of a core, or when
 the generator's own send lag (its p99) reaches `generator_lag_share` of the SLO and accounts for
 the excess (latency minus lag within the SLO): a miss then says nothing about the server, and the
@@ -150,6 +151,15 @@ class Judgement:
     generator_reasons: tuple[str, ...]
     #: Kinds not judged on latency: too few answers for the SLO percentile.
     unjudged: tuple[str, ...] = ()
+    #: No kind had enough answers: the step vouches for no latency, so it does not meet the SLO.
+    nothing_judged: bool = False
+
+    @property
+    def outcome(self) -> str:
+        """"met", "missed" or "not judged", and whether some kind was not judged."""
+        if self.nothing_judged:
+            return "not judged (too few answers)"
+        return ("met" if self.met else "missed") + (" (not every kind judged)" if self.unjudged else "")
 
 
 def slo_latency_ms(step: StepFacts, slo: Slo) -> float | None:
@@ -208,6 +218,10 @@ def judge(step: StepFacts, slo: Slo) -> Judgement:
                             f"p{slo.percentile:g} needs")
         elif kind.latency_ms is None or kind.latency_ms > slo.latency_ms:
             reasons.append(f"{kind.request} p{slo.percentile:g} {_ms(kind.latency_ms)} > {slo.latency_ms:g} ms")
+    nothing_judged = bool(step.kinds) and len(unjudged) == len(step.kinds)
+    if nothing_judged:
+        reasons.append(f"no request kind had the {slo.min_samples} answers a p{slo.percentile:g} needs: nothing "
+                       "judged (a longer step, or a higher load)")
     if step.requests and step.error_rate > slo.error_budget:
         reasons.append(f"errors {step.error_rate:.2%} > budget {slo.error_budget:.2%}")
     offered = step.offered_per_s * step.duration_s
@@ -223,7 +237,7 @@ def judge(step: StepFacts, slo: Slo) -> Judgement:
         generator.append(f"generator send lag p99 {lag:,.2f} ms >= {slo.generator_lag_share:.0%} of the SLO")
     if step.generator_cpu is not None and step.generator_cpu >= slo.generator_cpu_limit:
         generator.append(f"generator process busy {step.generator_cpu:.0%} of a core")
-    return Judgement(not reasons, tuple(reasons), bool(generator), tuple(generator), tuple(unjudged))
+    return Judgement(not reasons, tuple(reasons), bool(generator), tuple(generator), tuple(unjudged), nothing_judged)
 
 
 def _ms(value: float | None) -> str:

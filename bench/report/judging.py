@@ -104,7 +104,7 @@ def _step_row(run: Run, tables: ReportTables) -> dict[str, object]:
     if facts.partial:
         outcome = "partial (not judged)"
     else:
-        outcome = ("met" if judgement.met else "missed") + (" (not every kind judged)" if judgement.unjudged else "")
+        outcome = judgement.outcome
     return {"search": run.saturation["search"], "step": run.saturation.get("step"), "run_id": run.run_id,
             "offered_per_s": facts.offered_per_s, "answered_per_s": facts.answered_per_s,
             **{f"worst_{column}_ms": _worst(tables.summary, run.run_id, column) for column in ("p50", "p99", "p99_9")},
