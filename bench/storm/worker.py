@@ -145,6 +145,10 @@ class WorkerRequests:
         """Each broker's first registration."""
         return self.register[:, 0].copy()
 
+    def registration(self, slot: int) -> int:
+        """The registration broker `slot` sends now (its current DataVersion)."""
+        return int(self.register[slot, self._version[slot]])
+
     def next(self, code: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(templates, broker slots (-1: a client's), which of the `count` turns send: None for all) of
         the next `count` requests of `code`; a down broker's turns pass."""
@@ -240,11 +244,24 @@ class Worker:
         self._sockets[conn] = sock
         return conn
 
+    def hang_up(self, slot: int) -> None:
+        """Close broker `slot`'s own connection now, as a broker going down does (the peer sees the end of the
+        stream at once), and open the one it will come back on."""
+        conn = self.own[slot]
+        sock = self._sockets.pop(conn)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.generator.drop(conn)
+        sock.close()
+        self.own[slot] = self._connect()
+
     def _bring_up(self) -> None:
         """Register each of this worker's brokers once, so routes exist before anyone asks."""
         templates = self.requests.bring_up()
         now = time.monotonic_ns()
-        self._schedule(np.full(len(templates), now, dtype=np.int64), templates, np.arange(len(templates)))
+        self.schedule(np.full(len(templates), now, dtype=np.int64), templates, np.arange(len(templates)))
         self._pump_until_answered(30.0, lambda: self.generator.pending + self.generator.scheduled)
 
     def _drain(self) -> None:
@@ -309,11 +326,11 @@ class Worker:
         if parts:
             intended = np.concatenate([part[0] for part in parts])
             order = np.argsort(intended, kind="stable")[:room]
-            self._schedule(intended[order], np.concatenate([part[1] for part in parts])[order],
+            self.schedule(intended[order], np.concatenate([part[1] for part in parts])[order],
                            np.concatenate([part[2] for part in parts])[order])
         return until
 
-    def _schedule(self, intended: np.ndarray, templates: np.ndarray, slots: np.ndarray) -> None:
+    def schedule(self, intended: np.ndarray, templates: np.ndarray, slots: np.ndarray) -> None:
         """Schedule requests; a broker's go on its own connection, the rest round-robin on the shared ones."""
         conns = np.empty(len(slots), dtype=np.int32)
         shared = np.ones(len(slots), dtype=bool)
@@ -418,21 +435,13 @@ class _Flap:
             self.phase, self.closing_deadline = "closing", now + SECOND
         if self.phase == "closing" and (not generator.pending_of(conn) or now >= self.closing_deadline):
             worker.changed_at[change_index(self.flap, CLOSE)] = time.monotonic_ns()
-            sock = worker._sockets.pop(conn)
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # the peer sees the end at once, as a broker going down
-            except OSError:
-                pass
-            generator.drop(conn)
-            sock.close()
-            worker.own[self.slot] = worker._connect()
+            worker.hang_up(self.slot)
             self.phase = "down"
         if self.phase == "down" and now >= self.again_ns:
             now = time.monotonic_ns()
             worker.changed_at[change_index(self.flap, REGISTER_AGAIN)] = now
             worker.requests.down.discard(self.slot)
-            template = worker.requests.register[self.slot, worker.requests._version[self.slot]]
-            worker._schedule(np.array([now]), np.array([template]), np.array([self.slot]))
+            worker.schedule(np.array([now]), np.array([worker.requests.registration(self.slot)]), np.array([self.slot]))
             return True
         return False
 
