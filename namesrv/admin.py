@@ -1,6 +1,7 @@
 """namesrv-admin: inspect and change running NameServers (ours or Apache RocketMQ's) like mqadmin does.
 
-Subcommands and flags follow mqadmin (`-n host:port[;host:port]`, or NAMESRV_ADDR). Output is a
+Subcommands and flags follow mqadmin (`-n host:port[;host:port]`, or NAMESRV_ADDR), plus namesrv's
+own explainRoute (why a topic has no route). Output is a
 human table, or JSON with `--json`. Writes (updateKvConfig, deleteKvConfig, wipeWritePerm,
 addWritePerm, deleteTopic, updateNamesrvConfig) go to every NameServer in -n and report per
 server. Exit status: 0 on success, 1 when any NameServer failed (its remark on stderr), 2 on
@@ -20,9 +21,13 @@ from namesrv.client.errors import MQResponseError, RemotingError
 from namesrv.client.namesrv_client import NamesrvClient, ServerResult, parse_namesrv_addrs
 from namesrv.client.remoting import client_tls_context
 from namesrv.protocol import jsonbody
-from namesrv.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE, SerializeType
+from namesrv.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE, ResponseCode, SerializeType
 from namesrv.errors import ProtocolError
 from namesrv.protocol.route import ClusterInfo, TopicRouteData
+from namesrv.routeinfo.explain import when
+
+#: How long explainRoute waits for EXPLAIN_ROUTE: RocketMQ 4.9.x NameServers never answer a code they do not know.
+EXPLAIN_TIMEOUT = 1.5
 
 PROG = "namesrv-admin"
 Handler = Callable[[NamesrvClient, argparse.Namespace], int]
@@ -195,6 +200,44 @@ def update_namesrv_config(client: NamesrvClient, args: argparse.Namespace) -> in
                   f"update name server config {args.key}={args.value}")
 
 
+def explain_route(client: NamesrvClient, args: argparse.Namespace) -> int:
+    """Each namesrv's explanation from its route history, then whether every NameServer of -n has a route now."""
+    explained = client.explain_route(args.topic, min(args.timeout, EXPLAIN_TIMEOUT))
+    routes = client.topic_routes(args.topic)
+    now = [{"namesrvAddr": result.address, "route": result.ok,
+            "brokers": sorted(q.broker_name for q in result.value.queue_datas) if result.ok else [],
+            "error": None if result.ok else _error_text(result.error)} for result in routes]
+    if args.json:
+        emit_json({"explanations": {r.address: r.value if r.ok else {"error": _error_text(r.error)} for r in explained},
+                   "now": now})
+    else:
+        for result in explained:
+            print(f"{args.topic} on {result.address}:")
+            if not result.ok:
+                print(f"  no route history: {_error_text(result.error)} (not a namesrv?)")
+                continue
+            answer = result.value
+            print(f"  {answer['verdict']}")
+            history = answer.get("history") or {}
+            if history.get("dropped"):
+                print(f"  ({history['dropped']} older events of this topic were dropped)")
+            for event in answer["events"]:
+                print(f"  {when(event['at'])}  {event['text']}")
+        if len(routes) > 1:
+            print("\nRoute now on each NameServer:")
+            emit_table(("#NameServer", "#Route", "#Brokers"),
+                       [(entry["namesrvAddr"], "yes" if entry["route"] else f"no ({entry['error']})",
+                         ", ".join(entry["brokers"])) for entry in now])
+    return 0 if any(result.ok for result in explained) else 1
+
+
+def _error_text(error: Exception | None) -> str:
+    if isinstance(error, MQResponseError):
+        name = ResponseCode(error.code).name if error.code in ResponseCode._value2member_map_ else str(error.code)
+        return f"{name}: {(error.remark or '').splitlines()[0] if error.remark else ''}"
+    return f"{type(error).__name__}: {error}"
+
+
 # ---- parser ----
 def _option(parser: argparse.ArgumentParser, short: str, long: str, help_text: str, required: bool = True) -> None:
     parser.add_argument(f"-{short}", f"--{long}", dest=long, required=required, help=help_text)
@@ -250,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("deleteTopic", delete_topic, "Delete a topic from every NameServer (not from brokers).")
     _option(sub, "t", "topic", "topic name")
     _option(sub, "c", "clusterName", "only remove the topic's queues on this cluster's brokers", required=False)
+    sub = command("explainRoute", explain_route, "Why a topic has no route (or the one it has): each namesrv's "
+                  "route history, and whether each NameServer of -n has a route for it now.")
+    _option(sub, "t", "topic", "topic name")
     command("getNamesrvConfig", get_namesrv_config, "Print the configuration of every NameServer.")
     sub = command("updateNamesrvConfig", update_namesrv_config, "Update a configuration key on every NameServer.")
     _option(sub, "k", "key", "config key")

@@ -258,6 +258,15 @@ class NamesrvConfig:
         "every write goes through one log that the supervisor orders and every worker applies in that order; the "
         "supervisor alone writes the KV and config files (README: Worker processes). An ipc/inproc "
         "zmqListenAddress is served by worker 0 only.", 1, locked=True)
+    # --- namesrv's own: seeing the fleet (README: "Why has this topic no route?") ---
+    route_history_max_bytes: int = _key(
+        "Bytes the history of route events may hold (what explainRoute and the status page's stream answer "
+        "from); past it the topics changed least recently are forgotten first. 0 = no history.",
+        16 * 1024 * 1024, locked=True)
+    route_history_topic_events: int = _key(
+        "Most events the history keeps per topic (its share): older ones are counted as dropped.", 16, locked=True)
+    route_history_stream_events: int = _key(
+        "Most route events the stream of changes keeps (a ring).", 1000, locked=True)
 
     # ---- keys ----
     @staticmethod
