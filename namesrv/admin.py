@@ -1,7 +1,7 @@
 """namesrv-admin: inspect and change running NameServers (ours or Apache RocketMQ's) like mqadmin does.
 
 Subcommands and flags follow mqadmin (`-n host:port[;host:port]`, or NAMESRV_ADDR), plus namesrv's
-own explainRoute (why a topic has no route). Output is a
+own explainRoute (why a topic has no route) and diff (do the NameServers agree?). Output is a
 human table, or JSON with `--json`. Writes (updateKvConfig, deleteKvConfig, wipeWritePerm,
 addWritePerm, deleteTopic, updateNamesrvConfig) go to every NameServer in -n and report per
 server. Exit status: 0 on success, 1 when any NameServer failed (its remark on stderr), 2 on
@@ -10,16 +10,20 @@ bad usage.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from namesrv.client.errors import MQResponseError, RemotingError
 from namesrv.client.namesrv_client import NamesrvClient, ServerResult, parse_namesrv_addrs
-from namesrv.client.remoting import client_tls_context
+from namesrv.client.remoting import AsyncRemotingClient, client_tls_context
+from namesrv.divergence.compare import DEFAULT_MAX_ITEMS
+from namesrv.divergence.fetch import DEFAULT_PAGE_TOPICS, RemoteSource, compare
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE, ResponseCode, SerializeType
 from namesrv.errors import ProtocolError
@@ -231,6 +235,40 @@ def explain_route(client: NamesrvClient, args: argparse.Namespace) -> int:
     return 0 if any(result.ok for result in explained) else 1
 
 
+def diff(client: NamesrvClient, args: argparse.Namespace) -> int:
+    """Compare the route tables of every NameServer of -n (exit 0: they agree, 1: they differ, 3: one
+    could not be read)."""
+    addresses = client.addresses
+    if len(addresses) < 2:
+        fail(args.command, "name at least two NameServers: -n host:port;host:port[;...]")
+        return 2
+
+    async def run() -> dict[str, Any]:
+        remoting = AsyncRemotingClient(timeout=args.timeout, connect_timeout=args.timeout,
+                                       serialize_type=SerializeType[args.serialize_type], tls=args.tls_context)
+        started = time.monotonic()
+        try:
+            comparison = await compare([RemoteSource(remoting, address) for address in addresses],
+                                       page_topics=args.page, routes_per_second=args.rate or None,
+                                       max_items=args.max_items)
+        finally:
+            await remoting.close()
+        return comparison.report(time.monotonic() - started)
+
+    report = asyncio.run(run())
+    if args.json:
+        emit_json(report)
+    else:
+        verdict = "agree" if report["agree"] else "differ"
+        print(f"{len(addresses)} NameServers {verdict}: {report['topicsCompared']} topic routes compared in "
+              f"{report['seconds']:.1f} s")
+        for line in report["summary"]:
+            print(f"  {line}")
+    if report["unreachable"]:
+        return 3
+    return 0 if report["agree"] else 1
+
+
 def _error_text(error: Exception | None) -> str:
     if isinstance(error, MQResponseError):
         name = ResponseCode(error.code).name if error.code in ResponseCode._value2member_map_ else str(error.code)
@@ -296,6 +334,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("explainRoute", explain_route, "Why a topic has no route (or the one it has): each namesrv's "
                   "route history, and whether each NameServer of -n has a route for it now.")
     _option(sub, "t", "topic", "topic name")
+    sub = command("diff", diff, "Compare the route tables of the NameServers of -n (namesrv or RocketMQ's) through "
+                  "their standard requests: brokers, topics and queue entries that differ, and which NameServers "
+                  "hold what. Exit status 0: they agree; 1: they differ; 3: one could not be read.")
+    sub.add_argument("--page", type=int, default=DEFAULT_PAGE_TOPICS,
+                     help=f"route queries in flight per NameServer (default {DEFAULT_PAGE_TOPICS})")
+    sub.add_argument("--rate", type=float, default=0,
+                     help="most route queries per second per NameServer (default 0: as fast as they answer)")
+    sub.add_argument("--max-items", type=int, default=DEFAULT_MAX_ITEMS,
+                     help=f"differences listed of each kind; the rest are counted (default {DEFAULT_MAX_ITEMS})")
     command("getNamesrvConfig", get_namesrv_config, "Print the configuration of every NameServer.")
     sub = command("updateNamesrvConfig", update_namesrv_config, "Update a configuration key on every NameServer.")
     _option(sub, "k", "key", "config key")
@@ -314,6 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tls = None
     if args.tls or args.tls_trust_cert or args.tls_cert:
         tls = client_tls_context(args.tls_trust_cert, args.tls_cert, args.tls_key)
+    args.tls_context = tls
     client = NamesrvClient(addresses, timeout=args.timeout, connect_timeout=args.timeout,
                            serialize_type=SerializeType[args.serialize_type], admin_token=args.token, tls=tls)
     try:

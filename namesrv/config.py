@@ -258,7 +258,7 @@ class NamesrvConfig:
         "every write goes through one log that the supervisor orders and every worker applies in that order; the "
         "supervisor alone writes the KV and config files (README: Worker processes). An ipc/inproc "
         "zmqListenAddress is served by worker 0 only.", 1, locked=True)
-    # --- namesrv's own: seeing the fleet (README: "Why has this topic no route?") ---
+    # --- namesrv's own: seeing the fleet (README: "Why has this topic no route?", "Divergence across NameServers") ---
     route_history_max_bytes: int = _key(
         "Bytes the history of route events may hold (what explainRoute and the status page's stream answer "
         "from); past it the topics changed least recently are forgotten first. 0 = no history.",
@@ -267,6 +267,18 @@ class NamesrvConfig:
         "Most events the history keeps per topic (its share): older ones are counted as dropped.", 16, locked=True)
     route_history_stream_events: int = _key(
         "Most route events the stream of changes keeps (a ring).", 1000, locked=True)
+    peer_divergence_peers: str = _key(
+        "NameServers (;-separated host:port) this one compares its route table with, continuously, through "
+        "RocketMQ's standard requests (namesrv or Java); namesrvAddressList = the address service's list (this "
+        "server left out). Results on /metrics (namesrv_peer_divergence_*). Empty = off.",
+        "", locked=True, check=lambda value: value.strip() == "namesrvAddressList" or [
+            split_address(address.strip()) for address in value.split(";") if address.strip()])
+    peer_divergence_interval_seconds: int = _key(
+        "Seconds between the end of one comparison with the peers and the start of the next; 0 pauses it.", 60,
+        remote=True)
+    peer_divergence_routes_per_second: int = _key(
+        "Most route queries the comparison sends each peer per second (it reads this server's own tables "
+        "directly): how long a pass over a large fleet takes against what it costs the peers.", 2000, remote=True)
 
     # ---- keys ----
     @staticmethod

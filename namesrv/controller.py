@@ -23,6 +23,7 @@ from namesrv.broker_notifier import BrokerNotifier
 from namesrv.channel import Channel
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.descriptors import fit_descriptor_limit
+from namesrv.divergence.checker import PeerDivergence
 from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
 from namesrv.processor import WRITE_CODES, RequestProcessor
@@ -152,13 +153,16 @@ class NamesrvController:
                                               self.outbox, self.reactor)
         #: NOTIFY_MIN_BROKER_ID_CHANGE: every worker applies every change, worker 0 alone sends it.
         self.broker_notifier = BrokerNotifier(self.routes) if worker is None or worker.index == 0 else None
+        #: The continuous divergence check against peerDivergencePeers (worker 0's: all hold the same tables).
+        self.divergence = PeerDivergence(config, self.routes) \
+            if config.peer_divergence_peers and (worker is None or worker.index == 0) else None
         #: The operator's HTTP port: one per server (worker 0's with worker processes, whose `/metrics`
         #: gathers its siblings' through `_gatherer`; they answer through `_metrics_peer`).
         self.http = None
         self._gatherer = self._metrics_peer = None
         if config.http_listen_address:
             families = local_families(ServerState(self.routes, self.kv, self.reactor, self.dispatcher,
-                                                  self.processor.subscriptions))
+                                                  self.processor.subscriptions, self.divergence))
             if worker is not None and worker.index == 0:
                 self._gatherer = MetricsGatherer(worker, families)
                 families = self._gatherer.families
@@ -214,6 +218,8 @@ class NamesrvController:
         if self.broker_notifier is not None:
             self.broker_notifier.start()
         self.reactor.start()
+        if self.divergence is not None:
+            self.divergence.start()
         self._tasks.start()
         if self.http is not None:
             self.http.start()
@@ -303,6 +309,8 @@ class NamesrvController:
             self._gatherer.close()
         if self._metrics_peer is not None:
             self._metrics_peer.stop()
+        if self.divergence is not None:
+            self.divergence.stop()
         if self.config.enable_shutdown_gracefully:
             self._go_away(self.config.shutdown_wait_time_seconds)
         self.reactor.pause_reading()

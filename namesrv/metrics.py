@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from namesrv.divergence.checker import PeerDivergence, divergence_families
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor.route_push import RouteSubscriptions
 from namesrv.remoting import Reactor, RequestDispatcher
@@ -53,6 +54,8 @@ class ServerState:
     reactor: Reactor
     dispatcher: RequestDispatcher
     subscriptions: RouteSubscriptions
+    #: The continuous divergence check, if this process runs it.
+    divergence: PeerDivergence | None = None
 
 
 class ServerCollector:
@@ -115,6 +118,7 @@ class ServerCollector:
         yield CounterMetricFamily("namesrv_in_flight_connections_closed", "Connections closed for their incomplete "
                                   "frames past the in-flight budget.", value=budget.evicted)
         yield GaugeMetricFamily("namesrv_threads", "Threads of the process.", value=self._process.num_threads())
+        yield from divergence_families(state.divergence)
 
 
 def _request_families(dispatcher: RequestDispatcher) -> Iterator[Metric]:
