@@ -258,7 +258,12 @@ class NamesrvConfig:
         "every write goes through one log that the supervisor orders and every worker applies in that order; the "
         "supervisor alone writes the KV and config files (README: Worker processes). An ipc/inproc "
         "zmqListenAddress is served by worker 0 only.", 1, locked=True)
-    # --- namesrv's own: seeing the fleet (README: "Why has this topic no route?", "Divergence across NameServers") ---
+    # --- namesrv's own: seeing the fleet (README: "Seeing the fleet") ---
+    status_page_enable: bool = _key(
+        "Serve the status page at / and /status on the operator's HTTP port, with its JSON (clusters, brokers and "
+        "their connections, topics, route-change subscribers, the stream of route changes, the divergence "
+        "check). adminAllowedNetworks and adminToken apply to its data as to admin requests. false: 404.",
+        True, locked=True)
     route_history_max_bytes: int = _key(
         "Bytes the history of route events may hold (what explainRoute and the status page's stream answer "
         "from); past it the topics changed least recently are forgotten first. 0 = no history.",
@@ -266,11 +271,11 @@ class NamesrvConfig:
     route_history_topic_events: int = _key(
         "Most events the history keeps per topic (its share): older ones are counted as dropped.", 16, locked=True)
     route_history_stream_events: int = _key(
-        "Most route events the stream of changes keeps (a ring).", 1000, locked=True)
+        "Most route events the status page's stream of changes keeps (a ring).", 1000, locked=True)
     peer_divergence_peers: str = _key(
         "NameServers (;-separated host:port) this one compares its route table with, continuously, through "
         "RocketMQ's standard requests (namesrv or Java); namesrvAddressList = the address service's list (this "
-        "server left out). Results on /metrics (namesrv_peer_divergence_*). Empty = off.",
+        "server left out). Results on /metrics (namesrv_peer_divergence_*) and the status page. Empty = off.",
         "", locked=True, check=lambda value: value.strip() == "namesrvAddressList" or [
             split_address(address.strip()) for address in value.split(";") if address.strip()])
     peer_divergence_interval_seconds: int = _key(

@@ -7,6 +7,7 @@
   503 `{"status": "NOT_READY", "reason": ...}`; both with the route table's sizes, for a readiness
   probe or a load balancer.
 * `GET /metrics`: Prometheus's text format (namesrv.metrics).
+* `GET /`, `/status` and the status page's JSON: namesrv.status_page (unless statusPageEnable=false).
 * `GET /rocketmq/<subgroup>`: the `namesrvAddressList` as text/plain, what a RocketMQ client
   started without a name server address fetches from `http://{rocketmq.namesrv.domain}/rocketmq/
   {rocketmq.namesrv.domain.subgroup}` (MixAll.getWSAddr; subgroup `nsaddr` by default), so a fleet
@@ -22,7 +23,7 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from namesrv.config import split_address
@@ -35,6 +36,8 @@ MAX_CLIENTS = 32
 TIMEOUT = 5.0
 #: (ready, details): what /ready answers with.
 Readiness = Callable[[], tuple[bool, dict[str, object]]]
+#: (path, query, headers, client address) -> (status, content type, body), or None: not one of its paths.
+StatusPages = Callable[[str, str, Mapping[str, str], str], "tuple[int, str, bytes] | None"]
 
 
 class _Server(ThreadingHTTPServer):
@@ -68,7 +71,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         service = self.server.service
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path == "/health":
             self._reply(200, "application/json", json.dumps({"status": "UP"}))
         elif path == "/ready":
@@ -83,6 +86,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._reply(200, "text/plain; charset=utf-8", addresses)
             else:
                 self._reply(404, "text/plain; charset=utf-8", "namesrvAddressList is not set\n")
+        elif service.status is not None and (answer := service.status(path, query, self.headers,
+                                                                      self.client_address[0])) is not None:
+            self._reply(*answer)  # the status page (namesrv.status_page)
         else:
             self._reply(404, "text/plain; charset=utf-8",
                         "not found: /health, /ready, /metrics, /rocketmq/<subgroup>\n")
@@ -104,11 +110,12 @@ class OperatorHttp:
     """The HTTP port, served on a thread of its own (its answers never wait on the reactor)."""
 
     def __init__(self, address: str, readiness: Readiness, addresses: Callable[[], str],
-                 metrics: Callable[[], bytes]) -> None:
+                 metrics: Callable[[], bytes], status: StatusPages | None = None) -> None:
         self._address = address
         self.readiness = readiness
         self.addresses = addresses
         self.metrics = metrics
+        self.status = status
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         #: "host:port" actually bound (after bind()).

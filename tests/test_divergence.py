@@ -9,10 +9,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from test_operator_http import RMQ, free_broker_port, java_reference_skip_reason, scrape
+from test_status_page import wait_for
 
 from bench.storm.java_namesrv import JavaNamesrvProcess
 from namesrv.client import RemotingClient
@@ -95,16 +95,6 @@ def diff(*addresses: str) -> tuple[int, dict]:
                             timeout=120)
     assert result.returncode in (0, 1, 3), result.stderr
     return result.returncode, json.loads(result.stdout)
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.5)
 
 
 @pytest.mark.timeout(400)
