@@ -265,13 +265,9 @@ class NamesrvConfig:
         "check). adminAllowedNetworks and adminToken apply to its data as to admin requests. false: 404.",
         True, locked=True)
     route_history_max_bytes: int = _key(
-        "Bytes the history of route events may hold (what explainRoute and the status page's stream answer "
-        "from); past it the topics changed least recently are forgotten first. 0 = no history.",
-        16 * 1024 * 1024, locked=True)
-    route_history_topic_events: int = _key(
-        "Most events the history keeps per topic (its share): older ones are counted as dropped.", 16, locked=True)
-    route_history_stream_events: int = _key(
-        "Most route events the status page's stream of changes keeps (a ring).", 1000, locked=True)
+        "Bytes the history of route events may hold (what explainRoute and the status page's stream of changes "
+        "answer from): a ring of the latest events, and each topic's last loss of its route (at most half of "
+        "it), kept after the ring forgot the event. 0 = no history.", 16 * 1024 * 1024, locked=True)
     peer_divergence_peers: str = _key(
         "NameServers (;-separated host:port) this one compares its route table with, continuously, through "
         "RocketMQ's standard requests (namesrv or Java); namesrvAddressList = the address service's list (this "

@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 from namesrv.protocol.codes import PERM_WRITE
-from namesrv.protocol.route import QueueData
 from namesrv.routeinfo import history as h
 from namesrv.routeinfo.manager import RouteInfoManager
 from namesrv.routeinfo.model import RouteTables
@@ -32,12 +31,6 @@ def broker_text(event: h.RouteEvent) -> str:
     return f"broker {name}{ident}{addr}"
 
 
-def queue_text(queue: QueueData) -> str:
-    writable = "read-write" if queue.perm & PERM_WRITE else "read-only"
-    return (f"{queue.read_queue_nums} read / {queue.write_queue_nums} write queues, perm {queue.perm} "
-            f"({writable})")
-
-
 def removal_text(event: h.RouteEvent) -> str:
     """Why a broker was removed (a removal event), in one clause."""
     last = f"its last registration or heartbeat was at {when(event.last_refresh_ms)}"
@@ -51,16 +44,16 @@ def removal_text(event: h.RouteEvent) -> str:
     return f"{broker_text(event)} unregistered (over its connection from {event.peer or '?'}; {last})"
 
 
-def event_text(event: h.RouteEvent, queue: QueueData | None) -> str:
-    """One event as it concerns one topic (`queue`: the topic's entry right after it, None: gone)."""
+def event_text(event: h.RouteEvent, present: bool) -> str:
+    """One event as it concerns one topic (`present`: whether the topic kept the entry it changed)."""
     kind = event.kind
     if kind == h.REGISTERED:
-        if queue is None:
+        if not present:
             return f"{broker_text(event)} registered without it (deleteTopicWithBrokerRegistration)"
-        return f"served by {broker_text(event)} (registered from {event.peer or '?'}): {queue_text(queue)}"
+        return f"served by {broker_text(event)} (registered from {event.peer or '?'})"
     if kind in h.REMOVALS:
-        return f"{removal_text(event)}: " + (f"{event.broker_name}'s queues of it removed" if queue is None
-                                             else f"{event.broker_name}'s queues kept ({queue_text(queue)})")
+        return f"{removal_text(event)}: " + (f"{event.broker_name}'s queues of it removed" if not present
+                                             else f"{event.broker_name}'s queues kept, read-only (acting master)")
     if kind == h.TOPIC_DELETED:
         scope = f" from cluster {event.cluster}'s brokers" if event.cluster else ""
         return f"deleted{scope} by an admin at {event.peer or '?'} (DELETE_TOPIC_IN_NAMESRV)"
@@ -96,38 +89,40 @@ def explain(topic: str, groups: list[dict[str, Any]], past: h.TopicHistory | Non
             order_topic_conf: str | None = None) -> dict[str, Any]:
     """The answer: `groups` as `current_route` gave them, `past` the topic's history (None: no history kept)."""
     entries = [] if past is None else past.entries
-    events = [{**event.to_json(), "queueData": None if queue is None else queue.to_dict(),
-               "text": event_text(event, queue)} for event, queue in entries]
+    events = [{**event.to_json(), "kept": present, "text": event_text(event, present)} for event, present in entries]
     answer: dict[str, Any] = {"topic": topic, "at": now_ms, "route": bool(groups), "groups": groups,
                               "orderTopicConf": order_topic_conf, "events": events,
                               "history": None if past is None else {
-                                  "dropped": past.dropped, "completeSince": past.complete_since_ms,
-                                  "evictedTopics": past.evicted_topics, "since": past.started_ms}}
+                                  "more": past.more, "eventsSince": past.events_since_ms,
+                                  "forgottenLosses": past.forgotten_losses, "lossesSince": past.losses_since_ms,
+                                  "since": past.started_ms}}
     answer["verdict"] = verdict(topic, groups, entries, past)
     return answer
 
 
-def verdict(topic: str, groups: list[dict[str, Any]], entries: list[tuple[h.RouteEvent, QueueData | None]],
+def verdict(topic: str, groups: list[dict[str, Any]], entries: list[tuple[h.RouteEvent, bool]],
             past: h.TopicHistory | None) -> str:
     if groups:
         served = []
         for group in groups:
-            since = next((event for event, queue in reversed(entries)
-                          if event.kind == h.REGISTERED and event.broker_name == group["brokerName"]
-                          and queue is not None), None)
+            since = next((event for event, present in reversed(entries)
+                          if event.kind == h.REGISTERED and event.broker_name == group["brokerName"] and present),
+                         None)
             master = any(b["brokerId"] == 0 for b in group["brokers"])
             writable = bool(group["queueData"]["perm"] & PERM_WRITE)
             note = "" if master and writable else " (no master)" if not master else " (read-only)"
             served.append(f"{group['brokerName']}{note}" + ("" if since is None else f" since {when(since.at_ms)}"))
         return f"{topic} has a route here: served by " + ", ".join(served)
     if entries:
-        event, queue = entries[-1]
-        return f"{topic} has no route here since {when(event.at_ms)}: {event_text(event, queue)}"
+        event, present = entries[-1]
+        return f"{topic} has no route here since {when(event.at_ms)}: {event_text(event, present)}"
     if past is None:
         return f"{topic} has no route here, and this server keeps no route history (routeHistoryMaxBytes=0)"
-    if past.evicted_topics:
-        return (f"{topic} has no route here and no record since {when(past.complete_since_ms)} (the history "
-                f"forgot {past.evicted_topics} topics changed before then to stay within routeHistoryMaxBytes)")
+    if past.forgotten_losses:
+        # Every topic that had a route and lost it keeps its last loss, unless the budget forgot it.
+        return (f"{topic} has no route here and no record of it (the history forgot the last loss of "
+                f"{past.forgotten_losses} topics, up to {when(past.losses_since_ms)}, to stay within "
+                f"routeHistoryMaxBytes)")
     return f"{topic} was never registered here (the history is complete since {when(past.started_ms)})"
 
 

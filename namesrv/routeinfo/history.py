@@ -14,24 +14,29 @@ made once something changed: a periodic re-registration that changes nothing cos
 With worker processes every write is applied in every worker in the write log's order with the
 log's clock, so every worker keeps the same history.
 
-Bounded three ways (README: "Why has this topic no route?"):
-- per topic, its last `routeHistoryTopicEvents` events (older ones are counted as dropped);
-- in total, `routeHistoryMaxBytes` as charged below (an upper bound of what the objects take,
-  pinned by tests/test_route_history.py); past it the topics changed least recently are forgotten
-  first, and the history says from when on it is complete;
-- the stream of changes is a ring of the last `routeHistoryStreamEvents` events.
+What is kept, within `routeHistoryMaxBytes` (README: "Why has this topic no route?"):
+- the ring: the latest events, each with the topics it changed as it reported them (a tuple per
+  report: 8 bytes a topic, which costs the write a tuple copy, 7 ns a topic); the oldest go first;
+- per topic, its last loss (its route or write permission lost: a broker's removal, an admin's
+  deletion or wipe), kept after the ring forgot the event: a topic's share that other topics'
+  churn cannot push out. Losses may take at most half the budget; past it the topics that lost
+  their route longest ago are forgotten first (a dict update, about 250 ns a topic, paid only by
+  losses).
+Each answer says from when on what it holds is complete.
 """
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from namesrv.channel import Channel
-from namesrv.protocol.route import QueueData
 from namesrv.routeinfo.model import BrokerLiveInfo
 
 log = logging.getLogger(__name__)
@@ -47,33 +52,37 @@ WRITE_PERM_WIPED = "write perm wiped"
 WRITE_PERM_ADDED = "write perm added"
 #: The whole table was replaced (a warm restart's restore, a restarted worker's copy): not an event.
 TABLES_REPLACED = "tables replaced"
-#: The server started with a history saved at a graceful stop: what happened in between is unknown.
+#: The server started with the history saved at a graceful stop.
 RESTARTED = "restarted"
 
 REMOVALS = frozenset({UNREGISTERED, EXPIRED, CHANNEL_CLOSED})
-#: Kinds whose per-topic entries are about one broker group (the event's broker name).
+#: Kinds whose reports are about one broker group (the event's broker name).
 GROUP_KINDS = frozenset({REGISTERED, UNREGISTERED, EXPIRED, CHANNEL_CLOSED, WRITE_PERM_WIPED, WRITE_PERM_ADDED})
 #: Kinds an admin request causes (`peer` is the admin's address).
 ADMIN_KINDS = frozenset({TOPIC_DELETED, TOPIC_REGISTERED, WRITE_PERM_WIPED, WRITE_PERM_ADDED})
 
-# What the budget charges (bytes; each an upper bound of what CPython 3.11 allocates, checked by a test):
-#: an event: the object (13 slots), its peer and address strings, its sample list.
-EVENT_BYTES = 640
-#: a topic's record: its key in the ordered dict (node and slot), the record and its list, plus its name.
-TOPIC_BYTES = 320
-#: one entry of a topic's record: a 2-tuple and its list slot.
-ENTRY_BYTES = 80
-#: Topic names an event keeps for the stream (the rest are counted).
-SAMPLE_TOPICS = 5
-
+# What the budget charges (bytes; upper bounds of what CPython 3.11 allocates, checked by a test):
+#: an event: the object (13 slots), its peer and address strings, its list of reports.
+EVENT_BYTES = 512
+#: a report: its tuple and list slot, plus 8 a topic; and when it lost the topics, their names (`NAME_BYTES`
+#: plus the name's length: the table no longer holds them). Names are interned: a report's names are the
+#: route table's own strings.
+PART_BYTES = 96
+NAME_BYTES = 56
+#: a topic's last loss: its slot in the ordered dict, plus its name (`NAME_BYTES` and its length).
+LOSS_BYTES = 128
+#: Most events `topic` returns (the newest).
+TOPIC_EVENTS = 32
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
-DEFAULT_TOPIC_EVENTS = 16
-DEFAULT_STREAM_EVENTS = 1000
+#: The format of `encode`.
+FORMAT = 2
+#: A name in a history being decoded is at most this long (a topic 127 characters, a broker 255).
+MAX_NAME = 1024
 
 
 @dataclass(slots=True, eq=False)
 class RouteEvent:
-    """One write that changed routes. Shared by every topic it changed (those keep a reference)."""
+    """One write that changed routes."""
 
     seq: int
     at_ms: int
@@ -84,55 +93,71 @@ class RouteEvent:
     broker_addr: str | None = None
     #: The address the broker's connection came from, or the admin's (ADMIN_KINDS).
     peer: str | None = None
-    #: A removed broker's last registration or heartbeat, and its heartbeat timeout.
+    #: A removed broker's last registration or heartbeat, and its heartbeat timeout; for RESTARTED,
+    #: when the history was saved.
     last_refresh_ms: int | None = None
     timeout_ms: int | None = None
-    #: A topic deletion's topic and cluster (None: every cluster).
-    scope: str | None = None
-    #: Topics whose route it changed, and the first few of them.
+    #: The topics it changed, as reported: (topics, whether they still have the group's entry, or
+    #: for other kinds still exist, what the budget charges for it). None once the ring forgot it (a
+    #: topic's last loss may outlive it).
+    parts: list[tuple[tuple[str, ...], bool, int]] | None = field(default_factory=list)
+    #: Topics whose route it changed.
     topics: int = 0
-    sample: list[str] = field(default_factory=list)
-    #: Topic entries holding it (the budget charges it while any does).
-    refs: int = 0
+    #: Topics whose last loss it is.
+    loss_refs: int = 0
+
+    def outcome(self, topic: str) -> bool | None:
+        """Whether `topic` kept its entry after this event (None: the event did not change it)."""
+        for topics, present, _ in reversed(self.parts or ()):
+            if topic in topics:
+                return present
+        return None
+
+    def sample(self, count: int = 5) -> list[str]:
+        names: list[str] = []
+        for topics, _, _ in self.parts or ():
+            names.extend(topics[:count - len(names)])
+            if len(names) >= count:
+                break
+        return names
 
     def to_json(self) -> dict[str, Any]:
         return {"seq": self.seq, "at": self.at_ms, "kind": self.kind, "cluster": self.cluster,
                 "brokerName": self.broker_name, "brokerId": self.broker_id, "brokerAddr": self.broker_addr,
                 "peer": self.peer, "lastRefresh": self.last_refresh_ms, "timeoutMillis": self.timeout_ms,
-                "scope": self.scope, "topics": self.topics, "sample": list(self.sample)}
+                "topics": self.topics, "sample": self.sample()}
 
-    def to_row(self) -> list[Any]:
+    def _row(self, index: Callable[[str], int], in_ring: bool) -> list[Any]:
         return [self.seq, self.at_ms, self.kind, self.cluster, self.broker_name, self.broker_id, self.broker_addr,
-                self.peer, self.last_refresh_ms, self.timeout_ms, self.scope, self.topics, list(self.sample)]
-
-    @classmethod
-    def from_row(cls, row: list[Any]) -> RouteEvent:
-        seq, at, kind, cluster, name, broker_id, addr, peer, refresh, timeout, scope, topics, sample = row
-        return cls(int(seq), int(at), str(kind), cluster, name, broker_id, addr, peer, refresh, timeout, scope,
-                   int(topics), [str(t) for t in sample][:SAMPLE_TOPICS])
+                self.peer, self.last_refresh_ms, self.timeout_ms, self.topics,
+                [[list(map(index, topics)), present] for topics, present, _ in self.parts or ()] if in_ring else None]
 
 
-class _TopicRecord:
-    __slots__ = ("entries", "dropped")
+def is_loss(kind: str, present: bool) -> bool:
+    """Does a report of this kind lose the topics their route or their write permission?"""
+    return not present or kind in REMOVALS or kind == WRITE_PERM_WIPED
 
-    def __init__(self) -> None:
-        #: (event, the group's queue entry right after it, None when the event removed it), oldest first.
-        self.entries: list[tuple[RouteEvent, QueueData | None]] = []
-        #: Older entries forgotten for the per-topic share.
-        self.dropped = 0
+
+def part_bytes(topics: tuple[str, ...], present: bool) -> int:
+    """What the budget charges for a report (a topic that lost its entry is no longer the table's to hold)."""
+    charged = PART_BYTES + 8 * len(topics)
+    return charged if present else charged + NAME_BYTES * len(topics) + sum(map(len, topics))
 
 
 @dataclass(frozen=True)
 class TopicHistory:
-    """What the history holds about one topic (copies, for a reader)."""
+    """What the history holds about one topic (for a reader)."""
 
     topic: str
-    entries: list[tuple[RouteEvent, QueueData | None]]
-    dropped: int
-    #: Events before this time may be missing for any topic (the budget forgot older topics).
-    complete_since_ms: int
-    #: Topics forgotten for the budget since start.
-    evicted_topics: int
+    #: (event, whether the topic kept the entry it changed), oldest first.
+    entries: list[tuple[RouteEvent, bool]]
+    #: More events of the topic are in the ring than `entries` shows.
+    more: bool
+    #: The ring holds every event since this time (0: since it started).
+    events_since_ms: int
+    #: Topics whose last loss was forgotten for the budget, and the newest such loss's time.
+    forgotten_losses: int
+    losses_since_ms: int
     started_ms: int
 
 
@@ -140,31 +165,31 @@ class RouteHistory:
     """The route table's listener (`cause`, `changed`: called under its write lock) and the readers'
     view (`topic`, `stream`, `usage`: any thread)."""
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, topic_events: int = DEFAULT_TOPIC_EVENTS,
-                 stream_events: int = DEFAULT_STREAM_EVENTS, clock: Callable[[], int] | None = None) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, clock: Callable[[], int] | None = None) -> None:
         self.max_bytes = max_bytes
-        self.topic_events = max(1, topic_events)
         self._clock = clock
-        self._by_topic: Mapping[str, Mapping[str, QueueData]] = {}
+        self._by_topic: Mapping[str, Mapping[str, object]] = {}
         self._lock = threading.Lock()
         #: The write under way: `cause`'s arguments, and its event once made.
         self._pending: tuple | None = None
         self._current: RouteEvent | None = None
-        self._records: OrderedDict[str, _TopicRecord] = OrderedDict()
-        self._stream: deque[RouteEvent] = deque(maxlen=max(1, stream_events))
+        self._ring: deque[RouteEvent] = deque()
+        #: topic -> (its last loss, whether it kept the entry), the oldest loss first.
+        self._losses: OrderedDict[str, tuple[RouteEvent, bool]] = OrderedDict()
         self._seq = 0
-        self._bytes = 0
+        self._ring_bytes = 0
+        self._loss_bytes = 0
         self.started_ms = 0
-        self.complete_since_ms = 0
-        self.evicted_topics = 0
+        self.events_since_ms = 0
+        self.losses_since_ms = 0
+        self.forgotten_losses = 0
 
     @classmethod
     def from_config(cls, config: Any) -> RouteHistory:
-        return cls(config.route_history_max_bytes, config.route_history_topic_events,
-                   config.route_history_stream_events)
+        return cls(config.route_history_max_bytes)
 
-    def bind(self, by_topic: Mapping[str, Mapping[str, QueueData]], clock: Callable[[], int]) -> None:
-        """Read queue entries from the route table's topic table, and time from its clock."""
+    def bind(self, by_topic: Mapping[str, Mapping[str, object]], clock: Callable[[], int]) -> None:
+        """Read the topic table (whether a report's topics kept their entry), and time from its clock."""
         self._by_topic = by_topic
         self._clock = clock
         self.started_ms = self.started_ms or clock()
@@ -173,11 +198,11 @@ class RouteHistory:
 
     def cause(self, kind: str, cluster: str | None = None, broker_addr: str | None = None,
               broker_name: str | None = None, broker_id: int | None = None, channel: Channel | None = None,
-              live: BrokerLiveInfo | None = None, peer: str | None = None, scope: str | None = None) -> None:
+              live: BrokerLiveInfo | None = None, peer: str | None = None) -> None:
         """A write that may change routes starts (a registration: called on each, so it only notes
         its arguments). A broker's removal is news even when it changes no topic (a slave leaving):
         its event is made at once; any other only once a route changed."""
-        self._pending = (kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer, scope)
+        self._pending = (kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer)
         self._current = None
         if kind in REMOVALS:
             with self._lock:
@@ -193,16 +218,26 @@ class RouteHistory:
             event = self._current or self._event()
             if not topics:
                 return
-            event.topics += len(topics)
-            if len(event.sample) < SAMPLE_TOPICS:
-                event.sample.extend(list(topics)[:SAMPLE_TOPICS - len(event.sample)])
-            self._record(event, topics)
+            reported = tuple(map(sys.intern, topics))  # the table's own strings, not the request's copies
+            kind = event.kind
+            entries = self._by_topic.get(reported[0])
+            if kind in GROUP_KINDS:
+                present = entries is not None and event.broker_name in entries
+            else:
+                present = entries is not None
+            charged = part_bytes(reported, present)
+            event.parts.append((reported, present, charged))
+            event.topics += len(reported)
+            self._ring_bytes += charged
+            if is_loss(kind, present):
+                self._lose(event, reported, present)
+            self._fit()
 
     # ------------------------------------------------------------------ internals (self._lock held)
 
     def _event(self) -> RouteEvent:
-        """The pending cause made an event, in the stream from now on."""
-        kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer, scope = self._pending
+        """The pending cause made an event, at the ring's end."""
+        kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer = self._pending
         if peer is None:
             via = channel if channel is not None else None if live is None else live.channel
             peer = None if via is None else via.remote_addr or str(via)
@@ -210,154 +245,232 @@ class RouteHistory:
         event = self._current = RouteEvent(
             self._seq, self._clock() if self._clock is not None else 0, kind, cluster, broker_name, broker_id,
             broker_addr, peer, None if live is None else live.last_update_timestamp,
-            None if live is None else live.heartbeat_timeout_millis, scope)
-        self._stream.append(event)
+            None if live is None else live.heartbeat_timeout_millis)
+        self._ring.append(event)
+        self._ring_bytes += EVENT_BYTES
         return event
 
-    def _record(self, event: RouteEvent, topics: Collection[str]) -> None:
-        group = event.broker_name if event.kind in GROUP_KINDS else None
-        by_topic = self._by_topic
-        records = self._records
-        cap = self.topic_events
-        charged = 0
-        if event.refs == 0:
-            charged += EVENT_BYTES
+    def _lose(self, event: RouteEvent, topics: tuple[str, ...], present: bool) -> None:
+        losses = self._losses
+        pair = (event, present)
+        added = 0
         for topic in topics:
-            queues = by_topic.get(topic)
-            queue = None if queues is None or group is None else queues.get(group)
-            record = records.get(topic)
-            if record is None:
-                record = records[topic] = _TopicRecord()
-                charged += TOPIC_BYTES + len(topic)
+            old = losses.pop(topic, None)
+            losses[topic] = pair
+            if old is None:
+                added += LOSS_BYTES + NAME_BYTES + len(topic)
             else:
-                records.move_to_end(topic)
-                entries = record.entries
-                if entries and entries[-1][0] is event:  # reported twice by one write
-                    entries[-1] = (event, queue)
-                    continue
-            entries = record.entries
-            entries.append((event, queue))
-            event.refs += 1
-            charged += ENTRY_BYTES
-            if len(entries) > cap:
-                old, _ = entries.pop(0)
-                record.dropped += 1
-                charged -= ENTRY_BYTES + self._release(old)
-        self._bytes += charged
-        while self._bytes > self.max_bytes and records:
-            self._evict()
+                self._unref(old[0])
+        event.loss_refs += len(topics)
+        self._loss_bytes += added
 
-    def _release(self, event: RouteEvent) -> int:
-        """One entry less holds `event`: the bytes freed."""
-        event.refs -= 1
-        return EVENT_BYTES if event.refs == 0 else 0
+    def _unref(self, event: RouteEvent) -> None:
+        event.loss_refs -= 1
+        if event.loss_refs == 0 and event.parts is None:  # out of the ring: held for its losses only
+            self._loss_bytes -= EVENT_BYTES
 
-    def _evict(self) -> None:
-        """Forget the topic changed least recently."""
-        topic, record = self._records.popitem(last=False)
-        freed = TOPIC_BYTES + len(topic)
-        for event, _ in record.entries:
-            freed += ENTRY_BYTES + self._release(event)
-        self._bytes -= freed
-        self.evicted_topics += 1
-        if record.entries:
-            self.complete_since_ms = max(self.complete_since_ms, record.entries[-1][0].at_ms)
+    def _fit(self) -> None:
+        """Forget until the budget holds: losses while they take more than half of it, else the ring's oldest."""
+        while self._ring_bytes + self._loss_bytes > self.max_bytes:
+            if self._loss_bytes > self.max_bytes // 2 or not self._ring:
+                if not self._losses:
+                    return
+                topic, (event, _) = self._losses.popitem(last=False)
+                self._loss_bytes -= LOSS_BYTES + NAME_BYTES + len(topic)
+                self._unref(event)
+                self.forgotten_losses += 1
+                self.losses_since_ms = max(self.losses_since_ms, event.at_ms)
+                continue
+            event = self._ring.popleft()
+            self._ring_bytes -= EVENT_BYTES + sum(charged for _, _, charged in event.parts)
+            event.parts = None
+            if event.loss_refs:
+                self._loss_bytes += EVENT_BYTES
+            self.events_since_ms = max(self.events_since_ms, event.at_ms)
 
     # ------------------------------------------------------------------ readers (any thread)
 
     def topic(self, topic: str) -> TopicHistory:
         with self._lock:
-            record = self._records.get(topic)
-            entries = list(record.entries) if record is not None else []
-            dropped = record.dropped if record is not None else 0
-            return TopicHistory(topic, entries, dropped, self.complete_since_ms, self.evicted_topics, self.started_ms)
+            found: list[tuple[RouteEvent, bool]] = []
+            more = False
+            for event in reversed(self._ring):
+                present = event.outcome(topic)
+                if present is not None:
+                    if len(found) == TOPIC_EVENTS:
+                        more = True
+                        break
+                    found.append((event, present))
+            loss = self._losses.get(topic)
+            if loss is not None and loss[0].parts is None:  # older than the ring
+                found.append(loss)
+            found.reverse()
+            return TopicHistory(topic, found, more, self.events_since_ms, self.forgotten_losses,
+                                self.losses_since_ms, self.started_ms)
 
     def stream(self, after_seq: int = 0, limit: int | None = None) -> list[RouteEvent]:
         """The ring's events after `after_seq`, oldest first (the last `limit` of them)."""
         with self._lock:
-            events = [event for event in self._stream if event.seq > after_seq]
-        return events if limit is None else events[-limit:]
+            events = []
+            for event in reversed(self._ring):
+                if event.seq <= after_seq or (limit is not None and len(events) == limit):
+                    break
+                events.append(event)
+        events.reverse()
+        return events
 
     def usage(self) -> dict[str, int]:
         with self._lock:
-            return {"bytes": self._bytes, "maxBytes": self.max_bytes, "topics": len(self._records),
-                    "topicEvents": self.topic_events, "streamEvents": len(self._stream),
-                    "streamCapacity": self._stream.maxlen or 0, "evictedTopics": self.evicted_topics,
-                    "completeSince": self.complete_since_ms, "startedAt": self.started_ms, "lastSeq": self._seq}
+            return {"bytes": self._ring_bytes + self._loss_bytes, "maxBytes": self.max_bytes,
+                    "events": len(self._ring), "lossBytes": self._loss_bytes, "losses": len(self._losses),
+                    "eventsSince": self.events_since_ms, "forgottenLosses": self.forgotten_losses,
+                    "lossesSince": self.losses_since_ms, "startedAt": self.started_ms, "lastSeq": self._seq}
 
     # ------------------------------------------------------------------ copies (a restarted worker, a warm restart)
 
-    def export(self) -> dict[str, Any]:
-        """Everything, as plain data (msgpack and pickle alike)."""
+    def encode(self) -> bytes:
+        """Everything, as msgpack (`decode` reads it back): a header, each topic name once, each event
+        (those out of the ring without their topics), each topic's last loss."""
         with self._lock:
-            events: dict[int, RouteEvent] = {event.seq: event for event in self._stream}
-            topics = []
-            for topic, record in self._records.items():
-                for event, _ in record.entries:
-                    events.setdefault(event.seq, event)
-                topics.append([topic, record.dropped,
-                               [[event.seq, None if queue is None else _queue_row(queue)]
-                                for event, queue in record.entries]])
-            return {"format": 1, "seq": self._seq, "startedMs": self.started_ms,
-                    "completeSinceMs": self.complete_since_ms, "evictedTopics": self.evicted_topics,
-                    "events": [event.to_row() for event in sorted(events.values(), key=lambda e: e.seq)],
-                    "stream": [event.seq for event in self._stream], "topics": topics}
+            ring = list(self._ring)
+            in_ring = {event.seq for event in ring}
+            held = {event.seq: event for event in ring}
+            for event, _ in self._losses.values():
+                held.setdefault(event.seq, event)
+            names: dict[str, int] = {}
+            index = lambda name: names.setdefault(name, len(names))  # noqa: E731
+            rows = [held[seq]._row(index, seq in in_ring) for seq in sorted(held)]
+            losses = [[index(topic), event.seq, present] for topic, (event, present) in self._losses.items()]
+            header = [FORMAT, self._seq, self.started_ms, self.events_since_ms, self.losses_since_ms,
+                      self.forgotten_losses, len(names), len(held), len(losses)]
+        return b"".join(msgpack.packb(row) for row in (header, *names, *rows, *losses))
 
-    def restore(self, exported: Mapping[str, Any], restarted_at_ms: int | None = None) -> None:
-        """Replace everything by an `export` (this history's bounds apply). With `restarted_at_ms`,
-        a RESTARTED event marks the gap since it was exported. ValueError for anything else."""
+    def decode(self, data: bytes | memoryview, restarted_at_ms: int | None = None,
+               saved_at_ms: int | None = None) -> None:
+        """Replace everything by an `encode`'s bytes. They are read a value at a time and charged as
+        they come (a name the route table does not hold already at its size): past this history's
+        budget, or not what `encode` writes, it raises ValueError and nothing changes, before any more
+        is built, whatever the header claims. With `restarted_at_ms`, a RESTARTED event (saved at
+        `saved_at_ms`) marks the restart."""
+        reader = _Reader(data)
+        limit = self.max_bytes
+        charged = 0
+
+        def charge(amount: int) -> None:
+            nonlocal charged
+            charged += amount
+            if charged > limit:
+                raise ValueError(f"more than the budget of {limit} bytes")
+
         try:
-            if exported["format"] != 1:
-                raise ValueError(f"format {exported['format']!r}")
-            events = {int(row[0]): RouteEvent.from_row(row) for row in exported["events"]}
-            stream = [events[int(seq)] for seq in exported["stream"]]
-            topics = [(str(topic), int(dropped), [(events[int(seq)], _queue_of(row)) for seq, row in entries])
-                      for topic, dropped, entries in exported["topics"]]
-            seq, started = int(exported["seq"]), int(exported["startedMs"])
-            complete_since, evicted = int(exported["completeSinceMs"]), int(exported["evictedTopics"])
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            version, seq, started, events_since, losses_since, forgotten, *counts = reader.row(9)
+            if version != FORMAT:
+                raise ValueError(f"format {version!r}")
+            name_count, event_count, loss_count = map(reader.count, counts)
+            names: list[str] = []
+            for _ in range(name_count):
+                name = reader.text()
+                interned = sys.intern(name)
+                charge(8 + (NAME_BYTES + len(name) if interned is name else 0))  # new, or the table's own
+                names.append(interned)
+            ring: list[RouteEvent] = []
+            events: dict[int, RouteEvent] = {}
+            for _ in range(event_count):
+                number, at, kind, *fields, topics, parts_count = reader.row(12, last_is_array=True)
+                if not (isinstance(number, int) and isinstance(at, int) and isinstance(kind, str)):
+                    raise ValueError("an event without its number, time or kind")
+                event = events[number] = RouteEvent(number, at, kind, *fields, topics=reader.count(topics))
+                charge(EVENT_BYTES)
+                if parts_count is None:
+                    event.parts = None
+                    continue
+                ring.append(event)
+                for _ in range(parts_count):
+                    reader.header(2)
+                    reported = tuple(names[reader.index(name_count)] for _ in range(reader.header()))
+                    present = reader.boolean()
+                    event.parts.append((reported, present, part_bytes(reported, present)))
+                    charge(PART_BYTES + 8 * len(reported))
+            losses: OrderedDict[str, tuple[RouteEvent, bool]] = OrderedDict()
+            for _ in range(loss_count):
+                topic, number, present = reader.row(3)
+                losses[names[reader.index(name_count, topic)]] = (events[number], bool(present))
+                charge(LOSS_BYTES)
+        except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
             raise ValueError(f"not a route history: {type(exc).__name__}: {exc}") from None
         with self._lock:
-            self._records.clear()
-            self._stream.clear()
-            self._bytes = 0
-            self._seq, self.started_ms = seq, started
-            self.complete_since_ms, self.evicted_topics = complete_since, evicted
-            for event in stream:
-                self._stream.append(event)
-            for event in events.values():
-                event.refs = 0
-            for topic, dropped, entries in topics:
-                record = self._records[topic] = _TopicRecord()
-                record.dropped = dropped
-                kept = entries[-self.topic_events:]
-                record.dropped += len(entries) - len(kept)
-                record.entries = kept
-                self._bytes += TOPIC_BYTES + len(topic)
-                for event, _ in kept:
-                    if event.refs == 0:
-                        self._bytes += EVENT_BYTES
-                    event.refs += 1
-                    self._bytes += ENTRY_BYTES
-            while self._bytes > self.max_bytes and self._records:
-                self._evict()
+            self._ring, self._losses = deque(ring), losses
+            self._seq, self.started_ms = int(seq), int(started)
+            self.events_since_ms, self.losses_since_ms = int(events_since), int(losses_since)
+            self.forgotten_losses = int(forgotten)
+            for event, _ in losses.values():
+                event.loss_refs += 1
+            self._ring_bytes = sum(EVENT_BYTES + sum(c for _, _, c in event.parts) for event in ring)
+            self._loss_bytes = sum(LOSS_BYTES + NAME_BYTES + len(topic) for topic in losses) + EVENT_BYTES * sum(
+                1 for event in events.values() if event.parts is None and event.loss_refs)
             if restarted_at_ms is not None:
                 self._seq += 1
-                self._stream.append(RouteEvent(self._seq, restarted_at_ms, RESTARTED,
-                                               last_refresh_ms=max((e.at_ms for e in events.values()), default=None)))
-
-    def __iter__(self) -> Iterator[str]:
-        """The topics with a record, changed least recently first (a copy)."""
-        with self._lock:
-            return iter(list(self._records))
+                self._ring.append(RouteEvent(self._seq, restarted_at_ms, RESTARTED, last_refresh_ms=saved_at_ms))
+                self._ring_bytes += EVENT_BYTES
+            self._fit()
 
 
-def _queue_row(queue: QueueData) -> list[Any]:
-    return [queue.broker_name, queue.read_queue_nums, queue.write_queue_nums, queue.perm, queue.topic_sys_flag]
+class _Reader:
+    """msgpack values one at a time, only scalars built by the unpacker: every array's length is
+    read from its header and each element checked as it comes, so nothing is built that the caller
+    has not asked for (a file of nested empty arrays builds nothing)."""
 
+    def __init__(self, data: bytes | memoryview) -> None:
+        self._unpacker = msgpack.Unpacker(None, max_buffer_size=max(len(data), 1), max_str_len=MAX_NAME,
+                                          max_bin_len=0, max_array_len=0, max_map_len=0, max_ext_len=0)
+        self._unpacker.feed(data)
 
-def _queue_of(row: list[Any] | None) -> QueueData | None:
-    if row is None:
-        return None
-    name, read, write, perm, flag = row
-    return QueueData(str(name), int(read), int(write), int(perm), int(flag))
+    def header(self, expected: int | None = None) -> int:
+        length = self._unpacker.read_array_header()
+        if expected is not None and length != expected:
+            raise ValueError(f"an array of {length}, expected {expected}")
+        return length
+
+    def value(self) -> Any:
+        return self._unpacker.unpack()
+
+    def text(self) -> str:
+        value = self.value()
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {type(value).__name__}")
+        return value
+
+    def boolean(self) -> bool:
+        value = self.value()
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {type(value).__name__}")
+        return value
+
+    def count(self, value: object) -> int:
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"expected a count, got {value!r}")
+        return value
+
+    def index(self, size: int, value: object = None) -> int:
+        """An index below `size` (the next value, unless given)."""
+        value = self.value() if value is None else value
+        if not isinstance(value, int) or not 0 <= value < size:
+            raise ValueError(f"expected an index below {size}, got {value!r}")
+        return value
+
+    def row(self, length: int, last_is_array: bool = False) -> list[Any]:
+        """A row of scalars (strings, numbers, nil); with `last_is_array`, its last element is an array
+        whose length is returned in its place (None when it is nil)."""
+        self.header(length)
+        values = [self.value() for _ in range(length - 1 if last_is_array else length)]
+        if last_is_array:
+            try:
+                values.append(self.header())
+            except ValueError:
+                if self.value() is not None:
+                    raise
+                values.append(None)
+        if any(not isinstance(v, (str, int, type(None))) for v in values):
+            raise ValueError("expected scalars")
+        return values
+
