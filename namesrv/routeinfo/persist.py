@@ -218,7 +218,7 @@ def load_history(history: RouteHistory, path: Path, now: int, limit: int) -> Non
     blob = path.read_bytes()
     head = len(HISTORY_MAGIC) + _CRC.size
     if len(blob) < head + _SAVED_AT.size or not blob.startswith(HISTORY_MAGIC) \
-            or _CRC.unpack_from(blob, len(HISTORY_MAGIC))[0] != zlib.crc32(blob[head:]):
+            or _CRC.unpack_from(blob, len(HISTORY_MAGIC))[0] != zlib.crc32(memoryview(blob)[head:]):
         raise SnapshotError("not a namesrv route history, or torn")
     saved_at = _SAVED_AT.unpack_from(blob, head)[0]
     try:  # read a value at a time and charged as it comes (RouteHistory.decode)
