@@ -157,7 +157,7 @@ class NamesrvController:
         #: NOTIFY_MIN_BROKER_ID_CHANGE: every worker applies every change, worker 0 alone sends it.
         self.broker_notifier = BrokerNotifier(self.routes) if worker is None or worker.index == 0 else None
         #: The continuous divergence check against peerDivergencePeers (worker 0's: all hold the same tables).
-        self.divergence = PeerDivergence(config, self.routes) \
+        self.divergence = PeerDivergence(config) \
             if config.peer_divergence_peers and (worker is None or worker.index == 0) else None
         #: The operator's HTTP port: one per server (worker 0's with worker processes, whose `/metrics`
         #: and status page gather their siblings' through `_gatherer`; they answer through `_metrics_peer`).

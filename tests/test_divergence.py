@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from test_operator_http import RMQ, free_broker_port, java_reference_skip_reason, scrape
-from test_status_page import wait_for
+from test_status_page import get_json, wait_for
 
 from bench.storm.java_namesrv import JavaNamesrvProcess
 from namesrv.client import RemotingClient
@@ -143,6 +143,10 @@ def test_diff_names_the_broker_and_topics_a_third_namesrv_misses_until_it_regist
                  "the continuous check's metrics")
         samples = scrape(first)
         assert samples[f'namesrv_peer_divergence_topics{{peer="{third.address}"}}'] == len(topics)
+        status = get_json(first.http_url + "/status.json")[1]["divergence"]  # the status page's section
+        assert status["peers"] == [third.address, java.address] and not status["last"]["agree"]
+        assert any(line.startswith(f"broker broker-div[0] 127.0.0.1:{port} of cluster DefaultCluster missing on "
+                                   f"{third.address}") for line in status["last"]["summary"])
         assert samples[f'namesrv_peer_divergence_peer_up{{peer="{java.address}"}}'] == 1
 
         subprocess.run([RMQ / "bin" / "stop", "broker-div"], env=env, check=True, capture_output=True, timeout=90)

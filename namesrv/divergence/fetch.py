@@ -2,8 +2,7 @@
 
 Only RocketMQ's standard requests are used (GET_BROKER_CLUSTER_INFO, GET_TOPICS_BY_CLUSTER,
 GET_ROUTEINFO_BY_TOPIC), so any NameServer can be compared: namesrv, the Java NameServer, another
-implementation. The server's own tables are read directly (`LocalSource`): the continuous check
-never sends this server a request, so its reactor never sees it.
+implementation.
 
 `compare` walks the clusters one by one: every NameServer's topic list of the cluster (RocketMQ
 has no paged topic list; a cluster's list is the page), then the routes of the union of those
@@ -27,7 +26,6 @@ from namesrv.divergence.compare import DEFAULT_MAX_ITEMS, Comparison, Route
 from namesrv.errors import ProtocolError
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.route import ClusterInfo, TopicRouteData
-from namesrv.routeinfo import RouteInfoManager
 
 #: Route queries in flight per NameServer, and the routes held per NameServer at once.
 DEFAULT_PAGE_TOPICS = 256
@@ -86,30 +84,6 @@ def queue_entries(body: bytes) -> dict[str, tuple[int, int, int, int]]:
         route = TopicRouteData.decode(body)
         return {q.broker_name: (q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
                 for q in route.queue_datas}
-
-
-class LocalSource:
-    """This server's own route table, read directly (a short read lock per page)."""
-
-    def __init__(self, routes: RouteInfoManager, address: str) -> None:
-        self._routes = routes
-        self.address = address
-
-    async def cluster_info(self) -> ClusterInfo:
-        return self._routes.cluster_info()
-
-    async def topics_of(self, cluster: str) -> list[str]:
-        return self._routes.topics_by_cluster(cluster).topic_list
-
-    async def routes(self, topics: Sequence[str]) -> dict[str, Route]:
-        routes: dict[str, Route] = {}
-        with self._routes.reading() as tables:
-            groups = tables.broker_addr_table
-            for topic in topics:
-                entries = {name: (q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
-                           for name, q in (tables.topic_queue_table.get(topic) or {}).items() if name in groups}
-                routes[topic] = entries or None  # what GET_ROUTEINFO_BY_TOPIC answers: groups still listed
-        return routes
 
 
 async def compare(sources: Sequence[Source], *, page_topics: int = DEFAULT_PAGE_TOPICS,
