@@ -247,19 +247,22 @@ def diff(client: NamesrvClient, args: argparse.Namespace) -> int:
         remoting = AsyncRemotingClient(timeout=args.timeout, connect_timeout=args.timeout,
                                        serialize_type=SerializeType[args.serialize_type], tls=args.tls_context)
         started = time.monotonic()
+        late = (lambda: time.monotonic() - started > args.max_seconds) if args.max_seconds else (lambda: False)
         try:
             comparison = await compare([RemoteSource(remoting, address) for address in addresses],
                                        page_topics=args.page, routes_per_second=args.rate or None,
-                                       max_items=args.max_items)
+                                       max_items=args.max_items, stopped=late)
         finally:
             await remoting.close()
-        return comparison.report(time.monotonic() - started)
+        return {**comparison.report(time.monotonic() - started), "complete": not late()}
 
     report = asyncio.run(run())
     if args.json:
         emit_json(report)
     else:
         verdict = "agree" if report["agree"] else "differ"
+        if not report["complete"]:
+            verdict += f" so far (stopped after --max-seconds {args.max_seconds:g})"
         print(f"{len(addresses)} NameServers {verdict}: {report['topicsCompared']} topic routes compared in "
               f"{report['seconds']:.1f} s")
         for line in report["summary"]:
@@ -343,6 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="most route queries per second per NameServer (default 0: as fast as they answer)")
     sub.add_argument("--max-items", type=int, default=DEFAULT_MAX_ITEMS,
                      help=f"differences listed of each kind; the rest are counted (default {DEFAULT_MAX_ITEMS})")
+    sub.add_argument("--max-seconds", type=float, default=0,
+                     help="stop comparing after this long and report what was compared, marked incomplete "
+                          "(default 0: compare everything)")
     command("getNamesrvConfig", get_namesrv_config, "Print the configuration of every NameServer.")
     sub = command("updateNamesrvConfig", update_namesrv_config, "Update a configuration key on every NameServer.")
     _option(sub, "k", "key", "config key")

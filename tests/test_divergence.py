@@ -167,3 +167,8 @@ def test_diff_of_one_namesrv_is_a_usage_error_and_an_unreachable_one_exits_3(nam
     assert one.returncode == 2 and "at least two" in one.stderr
     code, report = diff(server.address, "127.0.0.1:1")
     assert code == 3 and list(report["unreachable"]) == ["127.0.0.1:1"]
+    assert report["complete"]
+    alias = server.address.replace("127.0.0.1", "localhost")  # the same server twice
+    stopped = subprocess.run([*ADMIN, "diff", "-n", f"{server.address};{alias}", "--max-seconds", "1e-9"],
+                             capture_output=True, text=True, timeout=60)
+    assert stopped.returncode == 0 and "agree so far (stopped after --max-seconds 1e-09)" in stopped.stdout

@@ -149,7 +149,8 @@ class PeerDivergence:
     def status(self) -> dict[str, Any]:
         """What the status page shows."""
         with self._lock:
-            return {"peers": peer_addresses(self._config), "intervalSeconds": self._config.peer_divergence_interval_seconds,
+            return {"self": self.me, "peers": peer_addresses(self._config),
+                    "intervalSeconds": self._config.peer_divergence_interval_seconds,
                     "routesPerSecond": self._config.peer_divergence_routes_per_second, "passes": dict(self.passes),
                     "lastAt": self.last_at_ms or None, "last": self.last,
                     "runningFor": None if self.running_since is None else time.monotonic() - self.running_since}
