@@ -12,8 +12,8 @@ of two kinds, in ABBA order (bench.throughput.leg_order), on the same server in 
             UPDATE_NAMESRV_CONFIG before the leg and off after it.
 Both servers hold a fleet (--brokers brokers of --topics topics over --clusters clusters), so the
 page and the comparison have a real table to walk. Printed: each leg's answers per second and per
-CPU-second of A, the medians, observed / quiet, and what the observer did during the observed
-legs (page answers, divergence passes and route queries compared).
+CPU-second of A (its children, the divergence passes, included), the medians, observed / quiet,
+and what the observer did (page answers, the route queries the check sent the peer).
 """
 from __future__ import annotations
 
@@ -103,12 +103,12 @@ class Observer:
             turn += 1
 
 
-def divergence_counts(server: NamesrvProcess) -> tuple[float, float]:
-    """(passes finished, topic routes compared by the last) from A's /metrics and status page."""
-    with urllib.request.urlopen(server.http_url + "/status.json", timeout=10) as answer:
-        status = json.loads(answer.read())["divergence"]
-    last = status["last"] or {}
-    return sum(status["passes"].values()), last.get("topicsCompared", 0)
+def route_queries(server: NamesrvProcess) -> float:
+    """Route queries `server` answered so far (for the peer: the divergence check's)."""
+    with urllib.request.urlopen(server.http_url + "/metrics", timeout=10) as answer:
+        lines = answer.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines
+               if line.startswith("namesrv_requests_total{") and 'request="GET_ROUTEINFO_BY_TOPIC"' in line)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"rounds of {args.leg_seconds} s legs", flush=True)
             legs: dict[str, list] = {kind: [] for kind in KINDS}
             observer = Observer(server, client, args.observe != "divergence", args.observe != "page")
-            passes_before, _ = divergence_counts(server)
+            checked = route_queries(peer)
             for round_index in range(args.rounds):
                 for kind in leg_order(0, round_index, KINDS):
                     if kind == "observed":
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                     legs[kind].append(leg)
                     print(f"  {kind:9} {leg.rate:>10,.0f}/s  {leg.per_cpu_second:>10,.0f}/CPU-s  bad answers {leg.bad}",
                           flush=True)
-            passes_after, compared = divergence_counts(server)
+            checked = route_queries(peer) - checked
             for sock in held:
                 sock.close()
     quiet = statistics.median(leg.rate for leg in legs["quiet"])
@@ -161,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     observed_cpu = statistics.median(leg.per_cpu_second for leg in legs["observed"])
     print(f"route queries: quiet {quiet:,.0f}/s, observed {observed:,.0f}/s: observed / quiet {observed / quiet:.3f}; "
           f"per CPU-second {quiet_cpu:,.0f} and {observed_cpu:,.0f} ({observed_cpu / quiet_cpu:.3f})")
-    print(f"the observer: {observer.page_answers} page answers, {passes_after - passes_before:.0f} divergence passes "
-          f"finished ({compared} topic routes compared by the last)")
+    observed_seconds = args.rounds * (args.warmup_seconds + args.leg_seconds)
+    print(f"the observer: {observer.page_answers} page answers; the divergence check asked the peer {checked:,.0f} "
+          f"route queries in about {observed_seconds:.0f} s of observed legs")
     return 0
 
 

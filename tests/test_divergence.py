@@ -16,6 +16,8 @@ from test_status_page import get_json, wait_for
 
 from bench.storm.java_namesrv import JavaNamesrvProcess
 from namesrv.client import RemotingClient
+from namesrv.config import ConfigError, NamesrvConfig
+from namesrv.divergence.checker import peer_addresses
 from namesrv.divergence.compare import Comparison
 from namesrv.divergence.fetch import compare
 from namesrv.protocol.route import BrokerData, ClusterInfo
@@ -88,6 +90,16 @@ def test_a_namesrv_that_cannot_be_read_is_named_and_left_out() -> None:
     assert report["unreachable"] == {"ns3": "OSError: connection refused"} and not report["agree"]
     assert report["counts"] == {"brokers": 0, "topics": 0, "queueDatas": 0}
     assert Comparison(["a", "b"]).agree
+
+
+def test_the_peers_are_the_list_or_the_address_services_without_this_server() -> None:
+    config = NamesrvConfig(listen_port=9876, peer_divergence_peers="10.0.0.2:9876; 10.0.0.3:9876")
+    assert peer_addresses(config) == ["10.0.0.2:9876", "10.0.0.3:9876"]
+    config = NamesrvConfig(listen_port=9876, peer_divergence_peers="namesrvAddressList",
+                           namesrv_address_list="127.0.0.1:9876;10.255.0.9:9876;127.0.0.1:9877")
+    assert peer_addresses(config) == ["10.255.0.9:9876", "127.0.0.1:9877"]
+    with pytest.raises(ConfigError, match="peerDivergencePeers"):
+        NamesrvConfig.load(overrides={"peerDivergencePeers": "not-an-address"})
 
 
 def diff(*addresses: str) -> tuple[int, dict]:

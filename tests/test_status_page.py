@@ -16,6 +16,7 @@ import pytest
 from test_operator_http import RMQ, free_broker_port, get, java_reference_skip_reason
 
 from namesrv.client import BrokerIdentity, BrokerService, BrokerTopicTable, RemotingClient
+from namesrv.client.remoting import client_tls_context
 from namesrv.protocol import RequestCode, ResponseCode, TopicConfig
 
 #: Screenshots of the page, kept after the run (runs/ is not versioned).
@@ -32,10 +33,10 @@ def get_json(url: str, token: str | None = None) -> tuple[int, dict]:
         return error.code, json.loads(error.read())
 
 
-def broker(name: str, port: int, addresses: list[str], topics: int = 3) -> BrokerService:
+def broker(name: str, port: int, addresses: list[str], topics: int = 3, **options: object) -> BrokerService:
     service = BrokerService(BrokerIdentity("PageCluster", name, f"127.0.0.1:{port}", 0, f"127.0.0.1:{port + 1}"),
                             addresses, BrokerTopicTable(TopicConfig(f"{name}-T{i}", 4, 4) for i in range(topics)),
-                            period_override_ms=60_000)
+                            period_override_ms=60_000, **options)
     service.start()
     return service
 
@@ -59,6 +60,7 @@ def test_the_json_names_brokers_their_connections_topics_and_the_stream(namesrv_
     server = namesrv_factory(scanNotActiveBrokerInterval=200)
     first = broker("broker-j1", 40911, [server.address])
     second = broker("broker-j2", 41911, [server.address], topics=60)
+    secure = broker("broker-tls", 39911, [server.address], tls=client_tls_context())  # tlsMode permissive
     try:
         status, overview = get_json(server.http_url + "/status.json")
         assert status == 200
@@ -66,7 +68,8 @@ def test_the_json_names_brokers_their_connections_topics_and_the_stream(namesrv_
         assert found["group"] == "broker-j1" and found["live"] and found["timeoutMillis"] == 120_000
         assert found["connection"]["transport"] == "tcp" and found["connection"]["security"] == "plain"
         assert found["connection"]["peer"].startswith("127.0.0.1:") and found["dataVersion"]["counter"] >= 0
-        assert overview["sizes"]["topics"] == 63 and overview["server"]["address"] == server.address
+        assert brokers_of(overview)["127.0.0.1:39911"]["connection"]["security"].startswith("TLSv1.")
+        assert overview["sizes"]["topics"] == 66 and overview["server"]["address"] == server.address
         page = get_json(server.http_url + "/status/topics.json?q=J2-t&offset=50")[1]
         expected = sorted(f"broker-j2-T{i}" for i in range(60))[50:]
         assert (page["total"], [t["topic"] for t in page["topics"]]) == (60, expected)
@@ -85,8 +88,8 @@ def test_the_json_names_brokers_their_connections_topics_and_the_stream(namesrv_
         assert not answer["route"] and "broker-j2" in answer["verdict"]
         assert get_json(server.http_url + "/status/explain.json?topic=bad%20name")[0] == 400
     finally:
-        first.close()
-        second.close()
+        for service in (first, second, secure):
+            service.close()
 
 
 def test_the_admin_guard_applies_to_the_data_and_a_key_turns_the_page_off(namesrv_factory) -> None:
