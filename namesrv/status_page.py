@@ -122,7 +122,10 @@ class StatusPage:
                                       else {}, client_address) if self._guard.restricted else None
         if refusal is not None:
             return 403, JSON, orjson.dumps({"error": refusal, "tokenHeader": TOKEN_HEADER})
-        params = {key: values[-1] for key, values in parse_qs(query, max_num_fields=8).items()}
+        try:
+            params = {key: values[-1] for key, values in parse_qs(query, max_num_fields=8).items()}
+        except ValueError as exc:  # more fields than any of these paths takes
+            return 400, JSON, orjson.dumps({"error": str(exc)})
         if path == "/status.json":
             return 200, JSON, self.overview()
         if path == "/status/events.json":

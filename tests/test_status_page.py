@@ -87,6 +87,7 @@ def test_the_json_names_brokers_their_connections_topics_and_the_stream(namesrv_
         answer = get_json(server.http_url + "/status/explain.json?topic=broker-j2-T7")[1]
         assert not answer["route"] and "broker-j2" in answer["verdict"]
         assert get_json(server.http_url + "/status/explain.json?topic=bad%20name")[0] == 400
+        assert get_json(server.http_url + "/status/topics.json?" + "&".join(f"k{i}=v" for i in range(20)))[0] == 400
     finally:
         for service in (first, second, secure):
             service.close()
