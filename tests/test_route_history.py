@@ -101,6 +101,23 @@ def test_a_topics_last_loss_outlives_the_ring_and_the_budget_says_what_it_forgot
         routes, "Gone1", None, clock.now)["verdict"]
 
 
+def test_one_write_larger_than_the_budget_keeps_part_of_its_report_and_never_fails_the_write(clock) -> None:
+    routes, history = watched(clock, max_bytes=64 * 1024)
+    names = tuple(f"{i:05d}".ljust(120, "L") for i in range(3000))  # 3,000 x 120 characters: ~550 KiB lost at once
+    register(routes, name="broker-big", addr="10.0.0.7:10911", topics=names, via=channel(7))
+    routes.on_channel_destroy(channel(7))
+    gone = history.stream()[-1]
+    assert gone.kind == "channel closed" and gone.topics == 3000 and history.failures == 0
+    assert sum(len(topics) for topics, _, _ in gone.parts) < 3000  # its report kept within half the budget
+    register(routes, name="broker-next", addr="10.0.0.8:10911", topics=("N1", "N2"), via=channel(8))
+    assert history.usage()["bytes"] <= 64 * 1024
+    assert kinds(history, names[-1]) == [("channel closed", "broker-big", False)]  # its last loss
+    assert kinds(history, names[0]) == [("channel closed", "broker-big", False)]  # in the report's part kept
+    history.bind(None, clock)  # a broken history: the route table's writes go on
+    register(routes, name="broker-after", addr="10.0.0.9:10911", topics=("A1", "A2"), via=channel(9))
+    assert history.failures == 1 and routes.pickup_topic_route("A1") is not None
+
+
 def test_what_the_budget_charges_is_at_least_what_the_history_allocates() -> None:
     """The charges are upper bounds (CPython 3.11): held to what tracemalloc sees the history take."""
     by_topic: dict[str, dict[str, QueueData]] = {}
@@ -122,8 +139,9 @@ def test_what_the_budget_charges_is_at_least_what_the_history_allocates() -> Non
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     allocated = sum(stat.size_diff for stat in after.compare_to(before, "filename")
-                    if "history" in stat.traceback[0].filename)
-    assert 0 < allocated <= history.usage()["bytes"] < 2 * allocated, (allocated, history.usage())
+                    if stat.traceback[0].filename.endswith("routeinfo/history.py"))
+    # an upper bound, not a wild one (the names of lost topics are charged, though here the test holds them)
+    assert 0 < allocated <= history.usage()["bytes"] < 3 * allocated, (allocated, history.usage())
 
 
 def test_its_encoding_restores_the_same_history_and_marks_the_restart(clock) -> None:

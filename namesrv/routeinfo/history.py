@@ -183,6 +183,8 @@ class RouteHistory:
         self.events_since_ms = 0
         self.losses_since_ms = 0
         self.forgotten_losses = 0
+        #: Changes it failed to record (logged once): the route table's write went on regardless.
+        self.failures = 0
 
     @classmethod
     def from_config(cls, config: Any) -> RouteHistory:
@@ -205,8 +207,11 @@ class RouteHistory:
         self._pending = (kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer)
         self._current = None
         if kind in REMOVALS:
-            with self._lock:
-                self._event()
+            try:
+                with self._lock:
+                    self._event()
+            except Exception:  # noqa: BLE001 - called inside the route table's writes: never raise into them
+                self._failed()
 
     def changed(self, topics: Collection[str]) -> None:
         """The write under way changed these topics' routes (none named: a broker group's addresses
@@ -214,26 +219,41 @@ class RouteHistory:
         pending = self._pending
         if pending is None or pending[0] == TABLES_REPLACED:
             return
-        with self._lock:
-            event = self._current or self._event()
-            if not topics:
-                return
-            reported = tuple(map(sys.intern, topics))  # the table's own strings, not the request's copies
-            kind = event.kind
-            entries = self._by_topic.get(reported[0])
-            if kind in GROUP_KINDS:
-                present = entries is not None and event.broker_name in entries
-            else:
-                present = entries is not None
-            charged = part_bytes(reported, present)
-            event.parts.append((reported, present, charged))
-            event.topics += len(reported)
-            self._ring_bytes += charged
-            if is_loss(kind, present):
-                self._lose(event, reported, present)
-            self._fit()
+        try:
+            with self._lock:
+                self._changed(topics)
+        except Exception:  # noqa: BLE001 - called inside the route table's writes: never raise into them
+            self._failed()
+
+    def _failed(self) -> None:
+        self.failures += 1
+        if self.failures == 1:
+            log.exception("the route history failed to record a change (this one logged, the next only counted)")
 
     # ------------------------------------------------------------------ internals (self._lock held)
+
+    def _changed(self, topics: Collection[str]) -> None:
+        event = self._current or self._event()
+        if not topics:
+            return
+        reported = tuple(map(sys.intern, topics))  # the table's own strings, not the request's copies
+        kind = event.kind
+        entries = self._by_topic.get(reported[0])
+        if kind in GROUP_KINDS:
+            present = entries is not None and event.broker_name in entries
+        else:
+            present = entries is not None
+        event.topics += len(reported)
+        if is_loss(kind, present):
+            self._lose(event, reported, present)
+        kept = reported
+        while len(kept) > 1 and part_bytes(kept, present) > self.max_bytes // 2:
+            kept = kept[:len(kept) // 2]  # one write's report keeps at most half the budget; its losses keep the rest
+        if event.parts is not None:
+            charged = part_bytes(kept, present)
+            event.parts.append((kept, present, charged))
+            self._ring_bytes += charged
+        self._fit()
 
     def _event(self) -> RouteEvent:
         """The pending cause made an event, at the ring's end."""
@@ -272,9 +292,10 @@ class RouteHistory:
     def _fit(self) -> None:
         """Forget until the budget holds: losses while they take more than half of it, else the ring's oldest."""
         while self._ring_bytes + self._loss_bytes > self.max_bytes:
-            if self._loss_bytes > self.max_bytes // 2 or not self._ring:
+            only_current = not self._ring or self._ring[0] is self._current
+            if self._loss_bytes > self.max_bytes // 2 or only_current:
                 if not self._losses:
-                    return
+                    return  # the write under way alone: forgotten from the next one on
                 topic, (event, _) = self._losses.popitem(last=False)
                 self._loss_bytes -= LOSS_BYTES + NAME_BYTES + len(topic)
                 self._unref(event)
@@ -302,9 +323,9 @@ class RouteHistory:
                         break
                     found.append((event, present))
             loss = self._losses.get(topic)
-            if loss is not None and loss[0].parts is None:  # older than the ring
+            if loss is not None and all(event is not loss[0] for event, _ in found):  # the ring forgot it
                 found.append(loss)
-            found.reverse()
+            found.sort(key=lambda entry: entry[0].seq)
             return TopicHistory(topic, found, more, self.events_since_ms, self.forgotten_losses,
                                 self.losses_since_ms, self.started_ms)
 
