@@ -4,12 +4,12 @@
 
 One namesrv (A) serves bench.throughput's route workload (4 connections x 32 in flight) in legs
 of two kinds, in ABBA order (bench.throughput.leg_order), on the same server in the same run:
-* quiet     nobody looks at the page, the divergence check is paused (peerDivergenceIntervalSeconds=0);
+* quiet     nobody looks at the page, the divergence check is paused (peerDivergenceEnable=false);
 * observed  a page is open: /status.json and /status/events.json every second (the page polls
             every two), a topic search every 5 s; and the divergence check runs against a peer
             namesrv (B, holding the same fleet) one pass after another, 1 s apart, at
             peerDivergenceRoutesPerSecond (--divergence-rate), switched on through
-            UPDATE_NAMESRV_CONFIG before the leg and off after it.
+            UPDATE_NAMESRV_CONFIG (peerDivergenceEnable) before the leg and off after it.
 Both servers hold a fleet (--brokers brokers of --topics topics over --clusters clusters), so the
 page and the comparison have a real table to walk. Printed: each leg's answers per second and per
 CPU-second of A (its children, the divergence passes, included), the medians, observed / quiet,
@@ -76,7 +76,7 @@ class Observer:
 
     def __enter__(self) -> Observer:
         if self._divergence:
-            self._client.update_namesrv_config(self._server.address, {"peerDivergenceIntervalSeconds": "1"})
+            self._client.update_namesrv_config(self._server.address, {"peerDivergenceEnable": "true"})
         self._stop.clear()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         if self._page:
@@ -88,7 +88,7 @@ class Observer:
         if self._page:
             self._thread.join(10)
         if self._divergence:
-            self._client.update_namesrv_config(self._server.address, {"peerDivergenceIntervalSeconds": "0"})
+            self._client.update_namesrv_config(self._server.address, {"peerDivergenceEnable": "false"})
             time.sleep(0.5)  # a pass under way sees the pause at its next page and ends
 
     def _poll(self) -> None:
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                        clusters=args.clusters, slaves_per_master=0)
     workload = build_workload("route", fleet)
     with NamesrvProcess() as peer:
-        options = {"peerDivergencePeers": peer.address, "peerDivergenceIntervalSeconds": 0,
+        options = {"peerDivergencePeers": peer.address, "peerDivergenceEnable": False, "peerDivergenceIntervalSeconds": 1,
                    "peerDivergenceRoutesPerSecond": args.divergence_rate}
         with NamesrvProcess(options) as server, RemotingClient(timeout=10) as client:
             held = register_fleet(server.address, fleet) + register_fleet(peer.address, fleet)

@@ -52,6 +52,11 @@ def _one_of(value: str, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"expected {', '.join(allowed[:-1])} or {allowed[-1]}, got {value!r}")
 
 
+def _at_least_one(value: int) -> None:
+    if value < 1:
+        raise ValueError(f"must be at least 1, got {value}")
+
+
 def _inert(why: str, default: Any) -> Any:
     """A RocketMQ key namesrv has no use for: accepted at its default (so RocketMQ's own config
     files load), refused with `why` at any other value; a key is never accepted and ignored."""
@@ -274,12 +279,14 @@ class NamesrvConfig:
         "server left out). Results on /metrics (namesrv_peer_divergence_*) and the status page. Empty = off.",
         "", locked=True, check=lambda value: value.strip() == "namesrvAddressList" or [
             split_address(address.strip()) for address in value.split(";") if address.strip()])
+    peer_divergence_enable: bool = _key(
+        "Run the comparison with peerDivergencePeers (false pauses it and ends a pass under way).", True, remote=True)
     peer_divergence_interval_seconds: int = _key(
-        "Seconds between the end of one comparison with the peers and the start of the next; 0 pauses it.", 60,
-        remote=True)
+        "Seconds between the end of one comparison with the peers and the start of the next (at least 1).", 60,
+        check=_at_least_one)
     peer_divergence_routes_per_second: int = _key(
-        "Most route queries the comparison sends each peer per second (it reads this server's own tables "
-        "directly): how long a pass over a large fleet takes against what it costs the peers.", 2000, remote=True)
+        "Most route queries a comparison sends each NameServer per second (this one included); 0 = as fast as they "
+        "answer: how long a pass over a large fleet takes against what it costs them.", 2000)
 
     # ---- keys ----
     @staticmethod

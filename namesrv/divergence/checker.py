@@ -6,10 +6,10 @@ peers (namesrv.divergence.fetch: RocketMQ's standard requests, at most
 own, started and waited for by a thread of its own: neither the reactor nor the interpreter lock
 of the server pays for decoding the peers' routes (measured: a thread in the server took 13% of
 its route queries, a child process none: bench.status_page_cost); this server answers its share
-like any client's, mostly from its route cache. `peerDivergenceIntervalSeconds` after one pass
-ends the next starts (0 pauses it and ends a pass under way). The last pass's report is kept for
-the status page, and `/metrics` reports it (`divergence_families`). With worker processes only
-worker 0 runs it: every worker holds the same tables.
+like any client's. `peerDivergenceIntervalSeconds` after one pass ends the next starts;
+`peerDivergenceEnable=false` (updatable) pauses it and ends a pass under way. The last pass's
+report is kept for the status page, and `/metrics` reports it (`divergence_families`). With
+worker processes only worker 0 runs it: every worker holds the same tables.
 """
 from __future__ import annotations
 
@@ -90,13 +90,13 @@ class PeerDivergence:
         return f"{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{self._config.listen_port}"
 
     def _halted(self) -> bool:
-        """Stopping, or paused (peerDivergenceIntervalSeconds=0): a pass under way ends unfinished."""
-        return self._stopped.is_set() or self._config.peer_divergence_interval_seconds <= 0
+        """Stopping, or paused (peerDivergenceEnable=false): a pass under way ends unfinished."""
+        return self._stopped.is_set() or not self._config.peer_divergence_enable
 
     def _run(self) -> None:
         while not self._stopped.is_set():
-            if self._config.peer_divergence_interval_seconds <= 0:  # paused
-                self._stopped.wait(1.0)
+            if not self._config.peer_divergence_enable:  # paused
+                self._stopped.wait(0.5)
                 continue
             try:
                 self.run_once()
@@ -150,6 +150,7 @@ class PeerDivergence:
         """What the status page shows."""
         with self._lock:
             return {"self": self.me, "peers": peer_addresses(self._config),
+                    "enabled": self._config.peer_divergence_enable,
                     "intervalSeconds": self._config.peer_divergence_interval_seconds,
                     "routesPerSecond": self._config.peer_divergence_routes_per_second, "passes": dict(self.passes),
                     "lastAt": self.last_at_ms or None, "last": self.last,
