@@ -43,6 +43,8 @@ VERBS = {
     "soak": ("bench.soak", "steady load for minutes with faults on a schedule: registrations lost, RSS trend"),
     "attacks": ("bench.attacks", "hostile peers, a fresh server each: peak RSS growth, worst stall of a "
                                  "well-behaved client, an answer after"),
+    "status-page-cost": ("bench.status_page_cost", "route queries with the status page open and the divergence check "
+                                                   "running against quiet legs, alternating on one server"),
     "codec": ("bench.codec_bench", "codec micro-benchmarks: the Cython fast path against the pure-Python twin"),
     "report-scale": ("bench.report_scale", "does the report scale: a synthetic sweep of N runs of S seconds, "
                                            "reported and timed"),

@@ -13,7 +13,9 @@ limits, and asserts the bounds. Everything targets 127.0.0.1 and stops by itself
 """
 from __future__ import annotations
 
+import json
 import selectors
+import shutil
 import socket
 import ssl
 import struct
@@ -692,6 +694,138 @@ def _closing_connection(context: ssl.SSLContext, address: tuple[str, int]) -> so
     return raw
 
 
+def _lost_brokers(server: NamesrvProcess, rounds: int, topics: int, tag: str) -> None:
+    """Made-up brokers, each registering `topics` new topics of 100 characters and closing its
+    connection: every topic gets an event and a last loss in the route history."""
+    for round_ in range(rounds):
+        table = {f"{tag}{round_:05d}{i:06d}".ljust(100, "h"): (8, 8) for i in range(topics)}
+        _register(server, registration(2000 + round_ % 50, table, compressed=True))
+
+
+def _history(server: NamesrvProcess) -> dict[str, int]:
+    with urllib.request.urlopen(server.http_url + "/status.json", timeout=10) as answer:
+        return json.loads(answer.read())["history"]
+
+
+def route_history_churn(server: NamesrvProcess, scale: float) -> str:
+    """Issue 33: made-up brokers registering ever new topics and leaving, to fill the route history."""
+    rounds, topics = int(60 * scale) or 1, 5_000
+    _lost_brokers(server, rounds, topics, "C")
+    held = _history(server)
+    return (f"{rounds} brokers x {topics} new topics registered and gone; the history holds {held['bytes']} of "
+            f"{held['maxBytes']} bytes: {held['events']} events, {held['losses']} last losses, "
+            f"{held['forgottenLosses']} forgotten")
+
+
+def explain_flood(server: NamesrvProcess, scale: float) -> str:
+    """Issue 33: EXPLAIN_ROUTE for ever new topics from 8 pipelining connections, the history full."""
+    _lost_brokers(server, int(30 * scale) or 1, 20_000, "E")
+    count, connections = int(4000 * scale) or 1, 8
+    answered = [0] * connections
+
+    def ask(index: int) -> None:
+        with connect(timeout=60) as client:
+            requests = [client.request(RequestCode.EXPLAIN_ROUTE, {"topic": f"Nowhere{index}-{n}"})
+                        for n in range(count // connections)]
+            for start in range(0, len(requests), 64):
+                answers = client.invoke_many(server.address, requests[start:start + 64])
+                answered[index] += sum(not isinstance(a, RemotingError) and a.code == 0 for a in answers)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=ask, args=(index,)) for index in range(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    took = time.monotonic() - started
+    held = _history(server)
+    return (f"{sum(answered)} of {count} explained in {took:.1f} s ({sum(answered) / took:.0f}/s) over a history of "
+            f"{held['events']} events ({held['bytes']} bytes)")
+
+
+def status_poll_flood(server: NamesrvProcess, scale: float) -> str:
+    """Issue 33: the status page's JSON asked for by 32 clients at once, again and again, each asking
+    a topic search over 20,000 topics, an explanation and the overview."""
+    table = {f"Status{i:06d}".ljust(60, "s"): (8, 8) for i in range(20_000)}
+    held: list[RemotingClient] = []
+    _register(server, registration(1, table, compressed=True), held)
+    seconds, clients = 8.0 * scale, 32
+    answered = [0] * clients
+    deadline = time.monotonic() + seconds
+
+    def poll(index: int) -> None:
+        paths = ("/status.json", f"/status/topics.json?q={index:02d}", f"/status/explain.json?topic=Status{index}",
+                 f"/status/events.json?after={index}")
+        turn = 0
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(server.http_url + paths[turn % len(paths)], timeout=10) as answer:
+                    answer.read()
+                    answered[index] += 1
+            except OSError:
+                time.sleep(0.05)  # closed at once past the port's connection bound
+            turn += 1
+
+    try:
+        threads = [threading.Thread(target=poll, args=(index,)) for index in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        _close_all(held)
+    return f"{clients} clients for {seconds:.0f} s: {sum(answered)} answers ({sum(answered) / seconds:.0f}/s)"
+
+
+def history_file(server: NamesrvProcess, scale: float) -> str:
+    """Issue 33: a hostile route history file read at start (routes.snapshot.history, beside the
+    route snapshot it is restored with): counts claiming millions of events, then nested arrays up
+    to the file's bound."""
+    from namesrv.routeinfo.history import FORMAT
+    from namesrv.routeinfo.persist import HISTORY_MAGIC
+    workdir = Path(tempfile.mkdtemp(prefix="namesrv-history-attack-"))
+    try:
+        held: list[RemotingClient] = []
+        with NamesrvProcess(workdir=workdir) as first:  # its routes and history are saved as it stops
+            _register(first, registration(1, {"Kept1": (8, 8), "Kept2": (8, 8)}), held)
+        _close_all(held)
+        size = int(32 * MiB * scale)
+        claims = msgpack.packb([FORMAT, 1, 0, 0, 0, 0, 10_000_000, 10_000_000, 0])
+        payload = struct.pack(">q", int(time.time() * 1000)) + claims + b"\xdd" + struct.pack(">I", size) + \
+            b"\x91" * (size // 2) + b"\x90" * (size - size // 2)
+        (workdir / "routes.snapshot.history").write_bytes(HISTORY_MAGIC + struct.pack(">I", zlib.crc32(payload)) +
+                                                          payload)
+        peak = 0
+        second = NamesrvProcess(workdir=workdir)
+        sampling = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not sampling.wait(0.005):
+                try:
+                    peak = max(peak, tree_rss_bytes(psutil.Process(second.pid)))
+                except (psutil.Error, RuntimeError):
+                    pass
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        with second:
+            refused = next((line for line in second.log_text().splitlines() if "route history" in line), "")
+            routed = answers_topic(second, "Kept1")
+        sampling.set()
+        sampler.join()
+        return (f"{(len(payload) + 12) // MiB} MiB file; the starting server's peak RSS {peak / MiB:.0f} MiB; "
+                f"{'routes restored' if routed else 'NO routes'}; {refused.split(': ', 1)[-1][:160]}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def answers_topic(server: NamesrvProcess, topic: str) -> bool:
+    with connect(timeout=5) as client:
+        return client.invoke(server.address, client.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                            {"topic": topic})).code == 0
+
+
 ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, object]]] = {
     "distinct-large-headers": (distinct_large_headers, {}),
     "incomplete-frames": (incomplete_frames, {}),
@@ -708,6 +842,10 @@ ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, objec
     "subscription-flood": (subscription_flood, {}),
     "unread-pushes": (unread_pushes, {}),
     "tls-states": (tls_states, {"tlsMode": "permissive"}),
+    "route-history-churn": (route_history_churn, {}),
+    "explain-flood": (explain_flood, {}),
+    "status-poll-flood": (status_poll_flood, {}),
+    "history-file": (history_file, {}),
 }
 
 

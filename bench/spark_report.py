@@ -132,8 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(f"report: {report}")
     if args.screenshot == "auto":
-        if browser.chromium() is None:
-            print("first screen: no screenshot, Chromium is not installed (apt-get install -y chromium)")
+        if not browser.available():
+            print(f"first screen: no screenshot, {browser.SKIP_REASON}")
         else:
             print(f"first screen: {browser.screenshot(report, report.parent / 'first-screen.png')}")
     return 0

@@ -28,6 +28,12 @@ a flood of distinct, large headers costs at most the byte bound, then the memo s
     invalidation: RouteInfoManager's writes, under the route table's write lock, per topic they
     touch; a new stamp simply misses.
     pays: route queries (`python -m bench cache-value`).
+`status_page.StatusPage` overview, the operator HTTP port's
+    key: none (one entry); value: /status.json's bytes.
+    bounds: 1 entry; its size is the route table's brokers (not its topics: those are paged).
+    invalidation: rebuilt when a second old.
+    pays: 32 pages polling cost one build a second, not 32 (not measured by `python -m bench cache-value`:
+    it bounds work, it does not speed up a path).
 `_fastpath._key_cache`, the Cython header decoder's
     key: an extFields key's ASCII bytes (at most 48); value: its str object.
     bounds: 256 slots, about 20 KB.

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from namesrv.divergence.checker import PeerDivergence, divergence_families
 from namesrv.gc_pauses import PAUSES
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor.route_push import RouteSubscriptions
@@ -54,6 +55,8 @@ class ServerState:
     reactor: Reactor
     dispatcher: RequestDispatcher
     subscriptions: RouteSubscriptions
+    #: The continuous divergence check, if this process runs it.
+    divergence: PeerDivergence | None = None
 
 
 class ServerCollector:
@@ -129,6 +132,7 @@ class ServerCollector:
         for generation, buckets in PAUSES.snapshot().items():
             pauses.add_metric([str(generation)], list(zip(LE_LABELS, accumulate(buckets[:-1]))), buckets[-1])
         yield pauses
+        yield from divergence_families(state.divergence)
 
 
 def _request_families(dispatcher: RequestDispatcher) -> Iterator[Metric]:

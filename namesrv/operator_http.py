@@ -7,6 +7,7 @@
   503 `{"status": "NOT_READY", "reason": ...}`; both with the route table's sizes, for a readiness
   probe or a load balancer.
 * `GET /metrics`: Prometheus's text format (namesrv.metrics).
+* `GET /`, `/status` and the status page's JSON: namesrv.status_page (unless statusPageEnable=false).
 * `GET /rocketmq/<subgroup>`: the `namesrvAddressList` as text/plain, what a RocketMQ client
   started without a name server address fetches from `http://{rocketmq.namesrv.domain}/rocketmq/
   {rocketmq.namesrv.domain.subgroup}` (MixAll.getWSAddr; subgroup `nsaddr` by default), so a fleet
@@ -30,7 +31,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -48,6 +49,10 @@ EXCHANGE_SECONDS = 10.0
 SWEEP_SECONDS = 0.2
 #: (ready, details): what /ready answers with.
 Readiness = Callable[[], tuple[bool, dict[str, object]]]
+#: (path, query, headers, client address) -> (status, content type, body), or None: not one of its paths.
+StatusPages = Callable[[str, str, Mapping[str, str], str], "tuple[int, str, bytes] | None"]
+
+
 #: (status, content type, body) of an answer.
 Answer = tuple[int, str, "str | bytes"]
 JSON = "application/json"
@@ -83,12 +88,18 @@ PAGES: dict[str, Callable[[OperatorHttp, str], Answer]] = {
 }
 
 
-def answer(service: OperatorHttp, path: str) -> Answer:
-    """What `path` (without its query) answers: PAGES' entry for it, else for its folder, else 404."""
+def answer(service: OperatorHttp, path: str, query: str = "", headers: Mapping[str, str] | None = None,
+           client: str = "") -> Answer:
+    """What `path` answers: PAGES' entry for it, else for its folder, else the status page's
+    (namesrv.status_page, given the query, the request's headers and the client's address), else 404."""
     page = PAGES.get(path) or PAGES.get(path[:path.rfind("/") + 1] or "/")
-    if page is None:
-        return 404, TEXT, "not found: " + ", ".join(p + "<subgroup>" if p.endswith("/") else p for p in PAGES) + "\n"
-    return page(service, path)
+    if page is not None:
+        return page(service, path)
+    if service.status is not None:
+        found = service.status(path, query, headers or {}, client)
+        if found is not None:
+            return found
+    return 404, TEXT, "not found: " + ", ".join(p + "<subgroup>" if p.endswith("/") else p for p in PAGES) + "\n"
 
 
 @dataclass(slots=True)
@@ -200,7 +211,8 @@ class _Handler(BaseHTTPRequestHandler):
         return whole
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        status, content_type, text = answer(self.server.service, self.path.split("?", 1)[0])
+        path, _, query = self.path.partition("?")
+        status, content_type, text = answer(self.server.service, path, query, self.headers, self.client_address[0])
         body = text.encode("utf-8") if isinstance(text, str) else text
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -217,11 +229,12 @@ class OperatorHttp:
     """The HTTP port, served on a thread of its own (its answers never wait on the reactor)."""
 
     def __init__(self, address: str, readiness: Readiness, addresses: Callable[[], str],
-                 metrics: Callable[[], bytes]) -> None:
+                 metrics: Callable[[], bytes], status: StatusPages | None = None) -> None:
         self._address = address
         self.readiness = readiness
         self.addresses = addresses
         self.metrics = metrics
+        self.status = status
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         #: "host:port" actually bound (after bind()).

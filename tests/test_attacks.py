@@ -144,3 +144,29 @@ def test_each_tls_state_is_measured_and_stalled_handshakes_count_in_the_budget()
     counted = float(re.search(r"while (\d+) handshakes stalled: ([\d.]+) MiB", outcome.detail)[2])
     stalled = number(r"while (\d+) handshakes stalled", outcome.detail)
     assert counted * MiB >= stalled * 40 * 1024  # TLS_HANDSHAKE_BYTES each, at least
+
+
+@pytest.mark.timeout(180)
+def test_route_history_churn_stays_within_its_budget() -> None:
+    outcome = attack("route-history-churn", 0.5, 120, routeHistoryMaxBytes=4 * MiB)
+    assert number(r"holds (\d+) of", outcome.detail) <= 4 * MiB
+    assert number(r"(\d+) forgotten", outcome.detail) > 0
+
+
+@pytest.mark.timeout(180)
+def test_an_explain_flood_over_a_full_history_is_answered_within_the_bounds() -> None:
+    outcome = attack("explain-flood", 0.25, 120, routeHistoryMaxBytes=8 * MiB)
+    assert number(r"(\d+) of \d+ explained", outcome.detail) == 1000
+
+
+@pytest.mark.timeout(180)
+def test_status_page_polled_by_every_connection_it_allows_costs_bounded_memory() -> None:
+    outcome = attack("status-poll-flood", 0.5, 120)
+    assert number(r"(\d+) answers", outcome.detail) > 0
+
+
+@pytest.mark.timeout(180)
+def test_a_hostile_route_history_file_is_refused_at_start_before_it_is_built() -> None:
+    outcome = attack("history-file", 1.0, 50)
+    assert "routes restored" in outcome.detail and "not a route history" in outcome.detail
+    assert number(r"peak RSS (\d+) MiB", outcome.detail) < 200  # a 32 MiB file read once; nothing built from it

@@ -119,7 +119,7 @@ def route_of(response) -> dict:
 
 def test_every_reference_code_has_a_handler():
     push = {RequestCode.SUBSCRIBE_ROUTE_CHANGES, RequestCode.UNSUBSCRIBE_ROUTE_CHANGES}  # namesrv's own
-    assert SUPPORTED_CODES == REFERENCE_CODES | push
+    assert SUPPORTED_CODES == REFERENCE_CODES | push | {RequestCode.EXPLAIN_ROUTE}
     assert {code for code, pool in POOL_OF.items() if pool == "client"} == {RequestCode.GET_ROUTEINFO_BY_TOPIC, *push}
     assert RESPONSE_HEADER_CODES == {101, 103, 205, 322, 327}
 

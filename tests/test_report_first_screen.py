@@ -163,7 +163,7 @@ document.body.setAttribute('data-layout', JSON.stringify({
 </script></body>"""
 
 
-@pytest.mark.skipif(browser.chromium() is None, reason="Debian's chromium is not installed: apt-get install -y chromium")
+@pytest.mark.skipif(not browser.available(), reason=browser.SKIP_REASON)
 def test_in_chromium_the_first_screen_holds_the_verdict_and_the_knee_chart_and_no_table_is_cut(knee_report, tmp_path):
     report, html = knee_report
     probe = tmp_path / "probe.html"

@@ -17,6 +17,7 @@ from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
 from namesrv.routeinfo import RouteInfoManager, now_ms
+from namesrv.routeinfo.history import RouteHistory
 from namesrv.security import AdminGuard
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ class RequestProcessor:
         inline answers never apply a registration (a worker process applies writes in log order)."""
         self._ctx = HandlerContext(config, routes, kv if persist else kv.memory_only(), clock, clock(),
                                    persist=persist)
+        if routes.route_events is None and config.route_history_max_bytes:
+            routes.watch_routes(RouteHistory.from_config(config))  # what EXPLAIN_ROUTE answers from
         # Read once: the security keys are locked, no request can change them.
         self._admin_guard = AdminGuard.from_settings(config.admin_allowed_networks, config.admin_token)
         #: Requests answered from raw frames (the reactor's shortcut past `process`).

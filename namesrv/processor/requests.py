@@ -83,6 +83,8 @@ REQUESTS: tuple[RequestSpec, ...] = (
       inline=Inline.ROUTE_QUERY),
     _(RequestCode.SUBSCRIBE_ROUTE_CHANGES, route_handlers.subscribe_route_changes, pool=Pool.CLIENT),
     _(RequestCode.UNSUBSCRIBE_ROUTE_CHANGES, route_handlers.unsubscribe_route_changes, pool=Pool.CLIENT),
+    # A read behind the admin guard: it names the addresses admins and brokers came from.
+    _(RequestCode.EXPLAIN_ROUTE, route_handlers.explain_route, admin=True),
     _(RequestCode.GET_BROKER_CLUSTER_INFO, route_handlers.get_broker_cluster_info),
     _(RequestCode.GET_BROKER_MEMBER_GROUP, route_handlers.get_broker_member_group),
     _(RequestCode.WIPE_WRITE_PERM_OF_BROKER, route_handlers.wipe_write_perm_of_broker, admin=True,

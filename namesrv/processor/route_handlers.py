@@ -4,6 +4,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import orjson
+
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import Change, HandlerContext, Hints, Refusal, WriteHandler
@@ -12,7 +14,7 @@ from namesrv.processor.route_push import SubscriptionRefused, route_entry
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.route import QueueData, TopicList, TopicRouteData
-from namesrv.routeinfo import RouteInfoManager, RouteTableFull
+from namesrv.routeinfo import RouteInfoManager, RouteTableFull, explain
 from namesrv.routeinfo.route_input import IllegalRoute, check_queues, check_topic
 from namesrv.routeinfo.zones import requested_zone
 
@@ -80,6 +82,17 @@ def unsubscribe_route_changes(ctx: HandlerContext, request: RemotingCommand, cha
     return request.make_response(ResponseCode.SUCCESS)
 
 
+def explain_route(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    """Why the topic has no route here, or the route it has, from the route history (JSON body)."""
+    topic = RequestHeader(request).required_text("topic")
+    try:
+        check_topic(topic)
+    except IllegalRoute as exc:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+    answer = explain.explain_route(ctx.routes, topic, ctx.kv.get(ORDER_TOPIC_CONFIG, topic), ctx.clock())
+    return request.make_response(ResponseCode.SUCCESS, body=orjson.dumps(answer))
+
+
 def get_broker_cluster_info(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
     return request.make_response(ResponseCode.SUCCESS, body=ctx.routes.cluster_info().encode())
 
@@ -95,11 +108,11 @@ def _prepare_broker_name(ctx: HandlerContext, request: RemotingCommand, channel:
 
 
 def _apply_wipe_write_perm(ctx: HandlerContext, change: Change, channel: Channel) -> int:
-    return ctx.routes.wipe_write_perm_of_broker(change)
+    return ctx.routes.wipe_write_perm_of_broker(change, channel.remote_addr)
 
 
 def _apply_add_write_perm(ctx: HandlerContext, change: Change, channel: Channel) -> int:
-    return ctx.routes.add_write_perm_of_broker(change)
+    return ctx.routes.add_write_perm_of_broker(change, channel.remote_addr)
 
 
 def _answer_count(field: str) -> Callable[[HandlerContext, RemotingCommand, int], RemotingCommand]:
@@ -118,7 +131,7 @@ def _prepare_topic_deletion(ctx: HandlerContext, request: RemotingCommand, chann
 
 
 def _apply_topic_deletion(ctx: HandlerContext, change: Change, channel: Channel) -> None:
-    ctx.routes.delete_topic(*change)
+    ctx.routes.delete_topic(*change, requester=channel.remote_addr)
 
 
 delete_topic_in_namesrv = WriteHandler(_prepare_topic_deletion, _apply_topic_deletion)
@@ -142,7 +155,7 @@ def _prepare_topic_registration(ctx: HandlerContext, request: RemotingCommand, c
 def _apply_topic_registration(ctx: HandlerContext, change: Change, channel: Channel) -> Refusal | None:
     topic, queues = change
     try:
-        ctx.routes.register_topic(topic, [QueueData(*fields) for fields in queues])
+        ctx.routes.register_topic(topic, [QueueData(*fields) for fields in queues], channel.remote_addr)
     except RouteTableFull as exc:
         log.warning("REGISTER_TOPIC_IN_NAMESRV of %s from %s refused: %s", topic, channel, exc)
         return Refusal(ResponseCode.SYSTEM_ERROR, str(exc))

@@ -30,6 +30,7 @@ new route (or null: deleted).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import threading
@@ -149,6 +150,14 @@ class RouteSubscriptions:
             if new:
                 self._host_counts[host] = held + len(new)
             self._subscriptions[channel] = subscription
+
+    def listing(self, limit: int, sample: int = 5) -> list[dict[str, object]]:
+        """The first `limit` subscriptions: connection, all topics or how many, and a few of them."""
+        with self._lock:
+            subscriptions = [(s.channel, s.everything, s.zone, len(s.topics), list(itertools.islice(s.topics, sample)))
+                             for s in itertools.islice(self._subscriptions.values(), limit)]
+        return [{"connection": str(channel), "everything": everything, "zone": zone, "topics": count,
+                 "sample": sorted(first)} for channel, everything, zone, count, first in subscriptions]
 
     def unsubscribe(self, channel: Channel) -> bool:
         with self._lock:

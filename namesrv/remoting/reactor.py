@@ -199,6 +199,17 @@ class Reactor:
             held += max(0, conn.handed - written)
         return held
 
+    def security_of(self, channel: Channel) -> str | None:
+        """A connection's protection: its TLS version, "plain", "CURVE" (ZeroMQ), "undecided" (no byte
+        yet), or None when it is not open here (any thread: a racy but safe read)."""
+        endpoint = self._endpoints.get(channel.transport)
+        conn = None if endpoint is None else endpoint.connections.get(channel.ident)
+        if conn is None:
+            return None
+        if channel.transport != "tcp":
+            return "CURVE" if self._curve is not None else "plain"
+        return "plain" if conn.tls is None else getattr(conn.tls, "version", None) or "undecided"
+
     def connection_counts(self) -> dict[str, int]:
         """Open connections per transport (a snapshot; exact only from the reactor thread or once it stopped)."""
         return {transport: len(endpoint.connections) for transport, endpoint in self._endpoints.items()}

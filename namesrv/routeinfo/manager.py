@@ -43,6 +43,7 @@ from namesrv.protocol.route import (
 )
 from namesrv.protocol.topic import DataVersion, QueueFields, TopicConfigSerializeWrapper, TopicQueueTable
 from namesrv.routeinfo.cache import DEFAULT_MAX_BYTES, RouteBodyCache
+from namesrv.routeinfo import history as events
 from namesrv.routeinfo.model import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
     BrokerLiveInfo,
@@ -97,10 +98,23 @@ class RouteInfoManager:
         #: Told of each change of a group's lowest broker id while notifyMinBrokerIdChanged is on (None:
         #: nobody sends them). Called under the write lock: it must only queue, never block or raise.
         self.min_broker_id_listener: Callable[[MinBrokerIdChange], None] | None = None
+        #: Told the cause and topics of every route change (`watch_routes`), under the write lock.
+        self.route_events: events.RouteHistory | None = None
 
     @property
     def config(self) -> NamesrvConfig:
         return self._config
+
+    def watch_routes(self, history: events.RouteHistory) -> None:
+        """From now on, tell `history` what causes each route change and which topics it changed."""
+        history.bind(self._queues.by_topic, self._clock)
+        self.route_events = history
+        self._changes.listener = history.changed
+
+    def _cause(self, *cause: Any) -> None:
+        """A write that may change routes starts (`RouteHistory.cause`'s arguments)."""
+        if self.route_events is not None:
+            self.route_events.cause(*cause)
 
     @property
     def route_changes(self) -> int:
@@ -199,6 +213,7 @@ class RouteInfoManager:
                         broker_name, broker_id, broker_addr, list(topics))
             return None
         self._check_room_locked((cluster_name, broker_addr), broker_name, topics)
+        self._cause(events.REGISTERED, cluster_name, broker_addr, broker_name, broker_id, channel)
         names = self._clusters.get(cluster_name)  # step 1
         if names is None:
             names = self._clusters[cluster_name] = set()
@@ -440,7 +455,8 @@ class RouteInfoManager:
                            broker_id: int | None, channel: Channel | None) -> RemovedBroker:
         """RocketMQ 5.x unRegisterBroker for one request plus its topic sweep (reference 4.4)."""
         key = (cluster_name, broker_addr)
-        self._live.drop(key)
+        live = self._live.drop(key)
+        self._cause(reason, cluster_name, broker_addr, broker_name, broker_id, channel, live)
         self._set_filters(key, [])
         group = None if broker_name is None else self._brokers.get(broker_name)
         if group is not None:
@@ -489,14 +505,16 @@ class RouteInfoManager:
 
     # ------------------------------------------------------------------ admin operations
 
-    def wipe_write_perm_of_broker(self, broker_name: str | None) -> int:
+    def wipe_write_perm_of_broker(self, broker_name: str | None, requester: str | None = None) -> int:
         """Clear the WRITE bit of every queue of the group; returns how many topics it serves."""
         with self._lock.write:
+            self._cause(events.WRITE_PERM_WIPED, None, None, broker_name, None, None, None, requester)
             return self._operate_write_perm(broker_name, lambda perm: perm & ~PERM_WRITE)
 
-    def add_write_perm_of_broker(self, broker_name: str | None) -> int:
+    def add_write_perm_of_broker(self, broker_name: str | None, requester: str | None = None) -> int:
         """Set every queue of the group to READ|WRITE (other bits are lost, as in RocketMQ)."""
         with self._lock.write:
+            self._cause(events.WRITE_PERM_ADDED, None, None, broker_name, None, None, None, requester)
             return self._operate_write_perm(broker_name, lambda perm: PERM_READ | PERM_WRITE)
 
     def _operate_write_perm(self, broker_name: str | None, new_perm: Callable[[int], int]) -> int:
@@ -507,15 +525,16 @@ class RouteInfoManager:
                                      for read, write, perm, sys_flag in (by_topic[topic][broker_name],)], True, False)
         return len(topics)
 
-    def delete_topic(self, topic: str, cluster_name: str | None = None) -> None:
+    def delete_topic(self, topic: str, cluster_name: str | None = None, requester: str | None = None) -> None:
         """Drop the topic, or only its queues on the brokers of `cluster_name`."""
         with self._lock.write:
+            self._cause(events.TOPIC_DELETED, cluster_name, None, None, None, None, None, requester)
             queues = self._queues
             groups = list(self._clusters.get(cluster_name, ()) if cluster_name else queues.by_topic.get(topic, ()))
             for broker_name in groups:
                 queues.remove(topic, broker_name)
 
-    def register_topic(self, topic: str, queue_datas: Iterable[QueueData]) -> None:
+    def register_topic(self, topic: str, queue_datas: Iterable[QueueData], requester: str | None = None) -> None:
         """REGISTER_TOPIC_IN_NAMESRV: queue data of existing brokers only.
 
         As RocketMQ: a new topic is created only if every named broker exists; for an existing
@@ -523,6 +542,7 @@ class RouteInfoManager:
         """
         queue_datas = list(queue_datas)
         with self._lock.write:
+            self._cause(events.TOPIC_REGISTERED, None, None, None, None, None, None, requester)
             by_topic = self._queues.by_topic
             if topic not in by_topic and any(q.broker_name not in self._brokers for q in queue_datas):
                 return
@@ -690,6 +710,7 @@ class RouteInfoManager:
         """Replace every table by an `export_tables` result (taken over, not copied); the derived
         indexes are rebuilt and every cached route dropped."""
         with self._lock.write:
+            self._cause(events.TABLES_REPLACED)
             for mine, theirs in ((self._brokers, tables.broker_addr_table),
                                  (self._clusters, tables.cluster_addr_table),
                                  (self._filters, tables.filter_server_table),

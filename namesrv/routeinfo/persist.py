@@ -14,6 +14,16 @@ is not restored: its routes are too likely gone.
 With worker processes the supervisor hands every worker the same `BootCopy` and worker 0 saves
 (namesrv.controller).
 
+The route history (namesrv.routeinfo.history: what explainRoute answers from) is saved beside the
+snapshot (`<snapshot>.history`) at shutdown only, and restored with the routes at the next start,
+then the file is removed: a periodic save would cost as much again as the routes' (the history
+is up to routeHistoryMaxBytes), and after a crash a restored history would lack the events since
+the last stop and tell a topic that came and went in between as "never registered". So the
+history survives a graceful restart (SIGTERM) and a worker's restart (it is copied with the
+tables, namesrv.writelog.snapshot); a crash starts it afresh. The file is read a value at a time
+and charged against routeHistoryMaxBytes as it is read (past it the file is refused), within
+`history_file_limit` bytes.
+
 The file is written atomically (a temporary file, fsync, rename, fsync of the directory), so
 after a crash at any point, kill -9 included, it holds the previous snapshot or the new one. Its
 content is msgpack behind a magic and a CRC32: a torn, truncated or foreign file is refused with
@@ -44,6 +54,7 @@ from namesrv.files import private_copy, write_atomically
 from namesrv.protocol.codes import INT32_MAX, INT32_MIN
 from namesrv.protocol.route import BrokerData, QueueData
 from namesrv.protocol.topic import DataVersion
+from namesrv.routeinfo.history import RouteHistory
 from namesrv.routeinfo.manager import RouteInfoManager
 from namesrv.routeinfo.model import BrokerLiveInfo, Registrant, RouteTables, now_ms
 from namesrv.routeinfo.route_input import IllegalRoute, check_names, check_queues, check_topic
@@ -51,6 +62,8 @@ from namesrv.routeinfo.route_input import IllegalRoute, check_names, check_queue
 log = logging.getLogger(__name__)
 
 MAGIC = b"NSRVROUT"
+HISTORY_MAGIC = b"NSRVHIST"
+_SAVED_AT = struct.Struct(">q")
 FORMAT = 1
 _CRC = struct.Struct(">I")
 #: A snapshot file larger than this is not read (maxQueueDatas entries take about 60 bytes each).
@@ -294,6 +307,43 @@ def no_collection() -> Iterator[None]:
             gc.enable()
 
 
+def history_path(snapshot: Path) -> Path:
+    """Where the route history of a snapshot file is saved: routes.snapshot.history, and for the
+    workers' boot copy routes.snapshot.boot-PID, routes.snapshot.history.boot-PID."""
+    base, boot, pid = snapshot.name.partition(".boot-")
+    return snapshot.with_name(f"{base}.history{boot}{pid}")
+
+
+def history_file_limit(config: NamesrvConfig) -> int:
+    """The largest history file read: twice the budget (the file spells out the topic names the route
+    table holds for the history in memory), and 1 MiB."""
+    return 2 * config.route_history_max_bytes + (1 << 20)
+
+
+def save_history(history: RouteHistory, path: Path, now: int) -> int:
+    """Write the history (magic, CRC32, when it was saved in ms, `RouteHistory.encode`) atomically; its size."""
+    payload = _SAVED_AT.pack(now) + history.encode()
+    write_atomically(path, [HISTORY_MAGIC + _CRC.pack(zlib.crc32(payload)), payload], mode=0o600)
+    return len(payload)
+
+
+def load_history(history: RouteHistory, path: Path, now: int, limit: int) -> None:
+    """Restore a `save_history` file into `history`, marking the restart. SnapshotError or ValueError
+    (nothing changed) for a file that is not one, larger than `limit`, or past the history's budget."""
+    if path.stat().st_size > limit:
+        raise SnapshotError(f"larger than {limit} bytes")
+    blob = path.read_bytes()
+    head = len(HISTORY_MAGIC) + _CRC.size
+    if len(blob) < head + _SAVED_AT.size or not blob.startswith(HISTORY_MAGIC) \
+            or _CRC.unpack_from(blob, len(HISTORY_MAGIC))[0] != zlib.crc32(memoryview(blob)[head:]):
+        raise SnapshotError("not a namesrv route history, or torn")
+    saved_at = _SAVED_AT.unpack_from(blob, head)[0]
+    try:  # read a value at a time and charged as it comes (RouteHistory.decode)
+        history.decode(memoryview(blob)[head + _SAVED_AT.size:], restarted_at_ms=now, saved_at_ms=saved_at)
+    except ValueError as exc:
+        raise SnapshotError(f"unreadable: {exc}") from None
+
+
 def snapshot_path(config: NamesrvConfig) -> Path:
     """routeSnapshotPath, or routes.snapshot beside the KV file (a server with its own KV file has its own routes)."""
     return Path(config.route_snapshot_path or Path(config.kv_config_path).parent / "routes.snapshot")
@@ -316,6 +366,8 @@ class BootCopy:
             return None
         try:
             target = private_copy(source, f".{source.name}.boot-")
+            if history_path(source).exists():  # taken, not copied: read once (see the module docstring)
+                os.replace(history_path(source), history_path(target))
         except OSError as exc:
             log.error("route snapshot %s not copied for the workers (%s): they start with no routes", source, exc)
             return None
@@ -323,6 +375,7 @@ class BootCopy:
 
     def remove(self) -> None:
         Path(self.path).unlink(missing_ok=True)
+        history_path(Path(self.path)).unlink(missing_ok=True)
 
 
 class RouteSnapshots:
@@ -367,15 +420,19 @@ class RouteSnapshots:
                 sizes = restore_routes(self._routes, tables, now)
         except FileNotFoundError:
             log.info("no route snapshot at %s: starting with no routes", path)
+            self._take_history(path, None)
             return False
         except (SnapshotError, ValueError) as exc:
             aside = self._set_aside(path)
             log.error("route snapshot %s refused%s: %s; starting with no routes", path,
                       f" and set aside as {aside}" if aside is not None else "", exc)
+            self._take_history(path, None)
             return False
         except OSError as exc:
             log.error("route snapshot %s not read (%s): starting with no routes", path, exc)
+            self._take_history(path, None)
             return False
+        self._take_history(path, now)
         self._saved_changes = self._routes.route_changes
         log.info("restored the routes held %.1f s ago from %s in %.3f s: %s; each broker expires unless it "
                  "registers again within its timeout", age_s, path, time.perf_counter() - started,
@@ -391,6 +448,20 @@ class RouteSnapshots:
         except OSError:
             return None
         return aside
+
+    def _take_history(self, path: Path, now: int | None) -> None:
+        """Restore the history saved beside `path` if the routes were restored (`now`), and remove the
+        file (a boot copy's is removed with it, once every worker has read it)."""
+        saved = history_path(path)
+        history = self._routes.route_events
+        try:
+            if now is not None and history is not None and saved.exists():
+                load_history(history, saved, now, history_file_limit(self._config))
+                log.info("restored the route history from %s: %s", saved, history.usage())
+        except (OSError, SnapshotError) as exc:
+            log.error("route history %s not restored (%s): it starts empty", saved, exc)
+        if path == self.path:
+            saved.unlink(missing_ok=True)
 
     def save(self, force: bool = False) -> bool:
         """Write the tables if a route changed since the last write (`force`: anyway), else touch the
@@ -409,6 +480,9 @@ class RouteSnapshots:
         with no_collection():
             parts = encode(export_routes(routes), now_ms())
         write_atomically(self.path, parts, mode=0o600)
+        history = routes.route_events
+        if force and history is not None:  # at shutdown (see the module docstring)
+            save_history(history, history_path(self.path), now_ms())
         self._saved_changes = changes
         took = self._clock() - started
         self._quiet_until = started + took / MAX_SAVE_SHARE

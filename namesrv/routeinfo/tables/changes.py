@@ -28,6 +28,9 @@ class RouteChanges:
         self._lock = threading.Lock()
         #: Set whenever a tracked change is recorded (the route-change publisher waits on it).
         self.ready = threading.Event()
+        #: Told of every change, with its topics (none: a group's, every topic it serves), under the
+        #: route table's write lock (namesrv.routeinfo.history).
+        self.listener: Callable[[Collection[str]], None] | None = None
 
     def topics(self, topics: Collection[str]) -> None:
         """These topics' routes changed."""
@@ -35,6 +38,8 @@ class RouteChanges:
         self.cache.invalidate(topics)
         if self._tracked is not None:
             self._record(topics)
+        if self.listener is not None:
+            self.listener(topics)
 
     def group(self, serves: Callable[[str], bool], topics: Callable[[], Iterable[str]]) -> None:
         """A broker group's addresses or flags changed: every topic it serves has a new route. Only
@@ -43,6 +48,8 @@ class RouteChanges:
         self.cache.invalidate_where(serves)
         if self._tracked is not None:
             self._record(topics())
+        if self.listener is not None:
+            self.listener(())
 
     def _record(self, topics: Iterable[str]) -> None:
         with self._lock:
