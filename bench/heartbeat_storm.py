@@ -54,7 +54,15 @@ from bench.lib import cli  # noqa: E402
 from bench.lib.client import Client  # noqa: E402
 from bench.lib.fleet import HEARTBEAT, REGISTER, ROUTE, ROUTE_CHANGED, FleetShape  # noqa: E402
 from bench.lib.hdr import new_histogram  # noqa: E402
-from bench.lib.output import SEND_DELAY_WARNING_US, RunRecorder, machine, request_name, thread_config  # noqa: E402
+from bench.lib.output import (  # noqa: E402
+    SEND_DELAY_WARNING_US,
+    RunRecorder,
+    machine,
+    machine_line,
+    request_name,
+    thread_config,
+)
+from bench.lib.verdict import Slo, step_facts  # noqa: E402
 from bench.lib.servers import CorePlan, core_plan, listening_pid, pin  # noqa: E402
 from bench.storm.flaps import MIN_PERIOD_S, FlapSchedule, new_change_times  # noqa: E402
 from bench.storm.resources import ResourceSampler  # noqa: E402
@@ -209,6 +217,7 @@ def _storm(settings: StormSettings) -> StormResult:
     if facts["probe_problem"] and facts["version_ordinal"] is None:
         raise ConnectionError(f"no NameServer at {settings.address}: {facts['probe_problem']}")
     server_pid = settings.server_pid or listening_pid(port)
+    own_cpus = os.sched_getaffinity(0)  # given back after the run: a caller (a knee, a test) goes on unpinned
     if settings.cores is not None:
         os.sched_setaffinity(0, settings.cores.generator)
     run_id = settings.run_id or f"storm-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -265,6 +274,7 @@ def _storm(settings: StormSettings) -> StormResult:
                 process.kill()
         raise
     finally:
+        os.sched_setaffinity(0, own_cpus)
         stop.set()
         for timer in timed_scrapes:
             timer.cancel()
@@ -693,6 +703,7 @@ def settings_from_args(args: argparse.Namespace) -> StormSettings:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog=prog).parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    print(machine_line(machine()), flush=True)
     try:
         settings = settings_from_args(args)
         result = run_storm(settings)
@@ -703,6 +714,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"heartbeat_storm: {exc or 'interrupted'}", file=sys.stderr)
         return INTERRUPTED
     print(format_summary(result.summary))
+    server_cpu = step_facts(result.summary, result.resources, offered_per_s=0.0, duration_s=result.duration_s,
+                            workers=settings.workers, slo=Slo()).server_cpu_us_per_answer
+    print(f"server CPU: {server_cpu:.1f} µs per answered request" if server_cpu is not None else
+          "server CPU: not sampled (a server of another host, or no --server-pid)")
     if result.propagation is not None:
         print(format_propagation(result.propagation))
     if result.partial:

@@ -17,10 +17,11 @@ Spark report applies to the same runs.
 On a host with few cores, --pin auto (the default) gives the servers under test and the generator
 CPUs of their own, the same CPUs for every target (bench/lib/servers.core_plan), so the knee
 measures the server, not the fight for a core. --ceiling adds the echo ceiling as a target: its
-knee is the generator's own (the steps' generator CPU per request says how near one core it is). The generator watches itself: a step that misses
-while its send lag or CPU says the generator was the limit is run again with one more generator
-process (up to --max-workers); when it cannot be helped, the knee is reported as a lower bound
-and says why.
+knee is the generator's own (the steps' generator CPU per request says how near one core it is).
+The generator watches itself: a step that misses while its send lag or CPU says the generator was
+the limit is run again with one more generator process (up to --max-workers); when it cannot be
+helped, the knee is reported as a lower bound and says why. Every step's line gives the server's
+CPU per answered request, and the run starts with the machine (CPU model, Python and its build).
 
 With several targets (namesrv and the Java NameServer of ../shared/rocketmq-4.9.8) the searches
 advance in lockstep, one step of each in turn, so drifts of a shared host spread over both; the
@@ -180,7 +181,9 @@ def format_step(name: str, number: int, facts: StepFacts, verdict: Judgement, wo
     """The console line of a step: what was offered and answered, the worst judged p99, and the verdict;
     kinds too few to judge are named, so a "met" above the SLO line says why."""
     lag = facts.send_delay_p99_ms
-    line = (f"[{name} step {number}] offered {facts.offered_per_s:,.0f}/s, answered {facts.answered_per_s:,.0f}/s, "
+    server_cpu = facts.server_cpu_us_per_answer
+    line = (f"[{name} step {number}] offered {facts.offered_per_s:,.0f}/s, answered {facts.answered_per_s:,.0f}/s"
+            + (f" at {server_cpu:.1f} µs of server CPU each" if server_cpu else "") + ", "
             f"worst p99 {_ms(facts.worst_latency_ms)}, errors {facts.error_rate:.2%}, generator lag p99 {_ms(lag)} "
             f"({workers} process{'es' if workers > 1 else ''}"
             + (f", {facts.generator_cpu_us_per_request:.1f} µs/request" if facts.generator_cpu_us_per_request else "")

@@ -106,11 +106,11 @@ def _subscribers(address: str, count: int, topics_of: list[str | None], expected
         for key, _ in selector.select(1.0):
             state = key.data
             try:
-                data = state["client"].sock.recv(1 << 22)
+                frames = state["client"].read()
             except BlockingIOError:
                 continue
             now = time.monotonic()
-            for frame in state["client"].frames(data):
+            for frame in frames:
                 command = RemotingCommand.decode(frame)
                 if command.code != RequestCode.ROUTE_CHANGED or command.body is None:
                     continue

@@ -69,7 +69,6 @@ from namesrv.routeinfo import RouteInfoManager
 #: The steady state's DataVersion, and the one with a topic changed.
 FIRST, CHANGED = DataVersion(1, 1_700_000_000_000, 0), DataVersion(2, 1_700_000_000_000, 0)
 
-_RECV_BYTES = 1 << 16
 
 
 @dataclass
@@ -155,10 +154,11 @@ class RegistrationDriver:
         self._selector.modify(connection.client.sock, events, connection)
 
     def _receive(self, connection: _Connection, retry: list[int]) -> None:
-        data = connection.client.sock.recv(_RECV_BYTES)
-        if not data:
-            raise ConnectionError(f"the server closed broker {connection.broker}'s connection")
-        for frame in connection.client.frames(data):
+        try:
+            frames = connection.client.read()
+        except ConnectionError as exc:
+            raise ConnectionError(f"the server closed broker {connection.broker}'s connection") from exc
+        for frame in frames:
             response = RemotingCommand.decode(frame)
             connection.busy = False
             self._pending -= 1

@@ -55,7 +55,6 @@ import contextlib
 import multiprocessing
 import os
 import selectors
-import ssl
 import time
 from dataclasses import dataclass
 
@@ -69,15 +68,12 @@ from bench.lib.output import Printed, write_results
 from bench.lib.rounds import alternate, median
 from bench.lib.servers import Ceiling, JavaNamesrvProcess, listening_pid, tree_cpu_seconds, java_wanted
 from namesrv.errors import ProtocolError
-from namesrv.fastpath import split_frames
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import DataVersion, RemotingCommand, ResponseCode
-from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH
 
 WORKLOADS = ("route", "register-new", "register-same", "register-churn", "heartbeat", "data-version")
 #: Workloads the Java NameServer 4.9.8 never answers (5.x request codes).
 NOT_JAVA = ("heartbeat",)
-_RECV_BYTES = 1 << 20
 #: The registered broker's DataVersion (the data-version workload asks about it).
 REGISTERED = DataVersion(1, 1)
 
@@ -151,10 +147,10 @@ def drive(address: tuple[str, int], pools: tuple[tuple[bytes, ...], ...], in_fli
     selector = selectors.DefaultSelector()
     states = []
     for pool in pools:
-        sock = Client(f"{address[0]}:{address[1]}", timeout=5, tls=tls).sock  # (TLS: the tls verb)
-        state = [sock, pool, 0, b""]  # socket, frame pool, next index, partial frame
+        client = Client(f"{address[0]}:{address[1]}", timeout=5, tls=tls)  # (TLS: the tls verb)
+        state = [client, pool, 0]  # connection, frame pool, next index
         states.append(state)
-        selector.register(sock, selectors.EVENT_READ, state)
+        selector.register(client.sock, selectors.EVENT_READ, state)
     time.sleep(max(0.0, start_at - time.monotonic()))
     for state in states:
         _send_next(state, in_flight)
@@ -164,7 +160,7 @@ def drive(address: tuple[str, int], pools: tuple[tuple[bytes, ...], ...], in_fli
     now = time.monotonic()
     while now < window_start:  # warm-up: not counted, so the last answer of each chunk is checked
         for key, _ in selector.select(0.2):
-            frames = _receive(key.data, address)
+            frames = key.data[0].read()
             if frames:
                 _send_next(key.data, len(frames))
                 if not answer_ok(frames[-1], echo_ok):
@@ -172,36 +168,21 @@ def drive(address: tuple[str, int], pools: tuple[tuple[bytes, ...], ...], in_fli
         now = time.monotonic()
     while now < end:  # the measured window: split, count, refill; nothing else
         for key, _ in selector.select(0.2):
-            frames = _receive(key.data, address)
+            frames = key.data[0].read()
             if frames:
                 _send_next(key.data, len(frames))
                 answers += len(frames)
         now = time.monotonic()
     seconds = now - window_start
-    bad += _drain(selector, states, in_flight, address, echo_ok)
+    bad += _drain(selector, states, in_flight, echo_ok)
     selector.close()
     for state in states:
         state[0].close()
     out.put((answers, seconds, bad))
 
 
-def _receive(state: list, address: tuple[str, int]) -> list[bytes]:
-    sock = state[0]
-    data = sock.recv(_RECV_BYTES)
-    if not data:
-        raise ConnectionError(f"{address} closed the connection")
-    if isinstance(sock, ssl.SSLSocket):  # decrypted bytes the selector cannot see
-        while sock.pending():
-            data += sock.recv(_RECV_BYTES)
-    if state[3]:
-        data = state[3] + data
-    frames, consumed = split_frames(data, DEFAULT_MAX_FRAME_LENGTH)
-    state[3] = data[consumed:]
-    return frames
-
-
-def _drain(selector: selectors.BaseSelector, states: list[list], in_flight: int, address: tuple[str, int],
-           echo_ok: bool, timeout_s: float = 10.0) -> int:
+def _drain(selector: selectors.BaseSelector, states: list[list], in_flight: int, echo_ok: bool,
+           timeout_s: float = 10.0) -> int:
     """Receive (without refilling) the `in_flight` answers still due on every connection; check them all.
 
     Returns the bad ones, counting an answer that did not come within `timeout_s` as bad. Draining
@@ -213,11 +194,11 @@ def _drain(selector: selectors.BaseSelector, states: list[list], in_flight: int,
     while any(due.values()) and time.monotonic() < deadline:
         for key, _ in selector.select(0.2):
             state = key.data
-            frames = _receive(state, address)
+            frames = state[0].read()
             due[id(state)] -= len(frames)
             bad += sum(not answer_ok(frame, echo_ok) for frame in frames)
             if due[id(state)] <= 0:
-                selector.unregister(state[0])
+                selector.unregister(state[0].sock)
     return bad + sum(max(0, left) for left in due.values())
 
 
@@ -229,7 +210,7 @@ def _send_next(state: list, count: int) -> None:
     else:
         chunk = pool[index:] + pool * ((stop - len(pool)) // len(pool)) + pool[:stop % len(pool)]
     state[2] = stop % len(pool)
-    state[0].sendall(b"".join(chunk))
+    state[0].sock.sendall(b"".join(chunk))
 
 
 def run_leg(address: str, pid: int | None, workload: Workload, generators: int, warmup_s: float,

@@ -25,6 +25,7 @@ from bench.lib.hdr import new_histogram
 from bench.storm.subscriber import choose_topics
 from bench.lib.fleet import FrameTemplate
 from bench.lib.hdr import generator_layout
+from bench.lib.servers import core_plan
 from bench.storm.worker import WorkerPlan, WorkerRequests, start_shielded_from_sigint
 from namesrv.fastpath import RequestGenerator
 from namesrv.protocol import DataVersion, FrameDecoder, RegisterBrokerBody, RemotingCommand, RequestCode, \
@@ -232,6 +233,20 @@ def test_closed_loop_storm_keeps_requests_in_flight(namesrv_factory, tmp_path):
     # far more than an open loop at the fleet's 224 req/s would send: the loop is closed, not paced
     assert summary["ALL"]["answered"] > 500
     assert summary["GET_ROUTEINFO_BY_TOPIC"]["answered"] > summary["REGISTER_BROKER"]["answered"] * 5
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one usable CPU: there is nothing to pin apart")
+def test_a_pinned_storm_gives_its_caller_back_every_cpu_it_had(namesrv_factory, tmp_path):
+    """The coordinator runs on the generator's CPUs only during the run: a knee's next step, or the
+    test after this one, is not left on half of the host."""
+    before = os.sched_getaffinity(0)
+    server = namesrv_factory()
+    result = run_storm(StormSettings(address=server.address, fleet=SMALL_FLEET, mode="closed", duration_s=0.5,
+                                     warmup_s=0.3, drain_s=2, workers=1, connections=1, in_flight=2,
+                                     runs_dir=tmp_path, progress=False, cores=core_plan("auto")))
+    meta = json.loads((result.run_dir / "meta.json").read_text())
+    assert meta["generator"]["cores"]["generator_cpus"] != sorted(before)  # it was pinned while it ran
+    assert os.sched_getaffinity(0) == before
 
 
 def test_cli_launches_a_fresh_server_and_keeps_its_log(tmp_path):

@@ -3,7 +3,7 @@
 Leaner than namesrv.client on purpose: no futures, no reconnect policy, no decoding unless asked,
 so a benchmark sees exactly the bytes it sends and the server answers. `call` sends one request and
 returns the first answer decoded; `send`/`receive` move raw frames for the loops that keep many in
-flight; `sock` is there for the few that drive it without blocking. Plain TCP or TLS (any
+flight; `read` is one read for loops that wait on a selector (`sock`). Plain TCP or TLS (any
 certificate, as RocketMQ clients in test mode).
 """
 from __future__ import annotations
@@ -32,23 +32,23 @@ class Client:
         """One request (a RemotingCommand, encoded here) or pre-rendered frames, length prefixes included."""
         self.sock.sendall(data.encode() if isinstance(data, RemotingCommand) else data)
 
+    def read(self) -> list[bytes]:
+        """The frames (without their length prefix) one read of the socket completes, possibly none: for
+        the loops that wait on a selector. ConnectionError when the server closed the connection."""
+        data = self.sock.recv(_RECV_BYTES)
+        if not data:
+            raise ConnectionError("the server closed the connection")
+        if isinstance(self.sock, ssl.SSLSocket):  # decrypted bytes a selector cannot see
+            while self.sock.pending():
+                data += self.sock.recv(_RECV_BYTES)
+        return self._decoder.feed(data)
+
     def receive(self) -> list[bytes]:
-        """The frames (without their length prefix) that one read completes; at least one.
-        ConnectionError when the server closes the connection first."""
+        """The frames the next reads complete; at least one (blocking)."""
         while not self._frames:
-            data = self.sock.recv(_RECV_BYTES)
-            if not data:
-                raise ConnectionError("the server closed the connection")
-            if isinstance(self.sock, ssl.SSLSocket):  # decrypted bytes a selector cannot see
-                while self.sock.pending():
-                    data += self.sock.recv(_RECV_BYTES)
-            self._frames = self._decoder.feed(data)
+            self._frames = self.read()
         frames, self._frames = self._frames, []
         return frames
-
-    def frames(self, data: bytes) -> list[bytes]:
-        """The frames `data` completes, for a caller that reads the socket itself (without blocking)."""
-        return self._decoder.feed(data)
 
     def call(self, request: bytes | RemotingCommand) -> RemotingCommand:
         """Send one request and return the next frame that comes back, decoded."""

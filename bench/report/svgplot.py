@@ -37,6 +37,8 @@ class Palette:
             self._colors[name] = free[self._next % len(free)]
             self._next += 1
         return self._colors[name]
+
+
 _FONT = 'font-family="sans-serif" font-size="11"'
 
 
