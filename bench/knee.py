@@ -45,7 +45,8 @@ from bench.lib import cli
 from bench.lib.fleet import HEARTBEAT, FleetShape
 from bench.lib.output import machine, machine_line
 from bench.lib.servers import Target, open_targets
-from bench.lib.verdict import Judgement, Knee, Slo, StepFacts, find_knee, judge, rate_outcomes, step_facts
+from bench.lib.verdict import Judgement, Knee, Slo, StepFacts, find_knee, judge, rate_outcomes, slo_latency_ms, \
+    step_facts
 from namesrv.launcher import NamesrvStartError
 
 log = logging.getLogger("knee")
@@ -156,7 +157,7 @@ def run_step(search: Search, target: Target, base: StormSettings, out_dir: Path,
                            workers=search.workers, slo=search.slo, partial=result.partial)
         verdict = judge(facts, search.slo)
         search.steps.append((facts, verdict, result.run_dir.name))
-        print(format_step(target.name, number, facts, verdict, search.workers), flush=True)
+        print(format_step(target.name, number, facts, verdict, search.workers, search.slo), flush=True)
         if result.partial:
             search.stopped = "interrupted (Ctrl-C)"
             raise KeyboardInterrupt
@@ -177,14 +178,15 @@ def _lag(facts: StepFacts) -> float:
     return facts.send_delay_p99_ms if facts.send_delay_p99_ms is not None else math.inf
 
 
-def format_step(name: str, number: int, facts: StepFacts, verdict: Judgement, workers: int) -> str:
-    """The console line of a step: what was offered and answered, the worst judged p99, and the verdict;
-    kinds too few to judge are named, so a "met" above the SLO line says why."""
+def format_step(name: str, number: int, facts: StepFacts, verdict: Judgement, workers: int, slo: Slo) -> str:
+    """The console line of a step: what was offered and answered, the worst *judged* latency at the SLO
+    percentile, and the verdict; kinds too few to judge are named with their own figure, so no step
+    reads "met" beside a number above the SLO."""
     lag = facts.send_delay_p99_ms
     server_cpu = facts.server_cpu_us_per_answer
     line = (f"[{name} step {number}] offered {facts.offered_per_s:,.0f}/s, answered {facts.answered_per_s:,.0f}/s"
             + (f" at {server_cpu:.1f} µs of server CPU each" if server_cpu else "") + ", "
-            f"worst p99 {_ms(facts.worst_latency_ms)}, errors {facts.error_rate:.2%}, generator lag p99 {_ms(lag)} "
+            f"worst judged p{slo.percentile:g} {_ms(slo_latency_ms(facts, slo))}, errors {facts.error_rate:.2%}, generator lag p99 {_ms(lag)} "
             f"({workers} process{'es' if workers > 1 else ''}"
             + (f", {facts.generator_cpu_us_per_request:.1f} µs/request" if facts.generator_cpu_us_per_request else "")
             + "): ")

@@ -214,8 +214,8 @@ def judge(step: StepFacts, slo: Slo) -> Judgement:
     reasons, unjudged = [], []
     for kind in step.kinds:
         if kind.answered < slo.min_samples:
-            unjudged.append(f"{kind.request}: {kind.answered} answers, fewer than the {slo.min_samples} a "
-                            f"p{slo.percentile:g} needs")
+            unjudged.append(f"{kind.request}: {kind.answered} answers (p{slo.percentile:g} {_ms(kind.latency_ms)}), "
+                            f"fewer than the {slo.min_samples} a p{slo.percentile:g} needs")
         elif kind.latency_ms is None or kind.latency_ms > slo.latency_ms:
             reasons.append(f"{kind.request} p{slo.percentile:g} {_ms(kind.latency_ms)} > {slo.latency_ms:g} ms")
     nothing_judged = bool(step.kinds) and len(unjudged) == len(step.kinds)
