@@ -52,7 +52,7 @@ from namesrv.launcher import NamesrvStartError
 log = logging.getLogger("knee")
 
 MAX_STEPS = 30
-#: Runs after the search: the knee and the lowest miss once more each.
+#: Runs after the search: the knee and the lowest miss once more each (or the next knee's, when one fails).
 CONFIRMATIONS = 2
 
 
@@ -90,10 +90,14 @@ class Search:
     prime_s: float = 0.0
     #: Why the search ended early (Ctrl-C), None while it runs or when it ended normally.
     stopped: str | None = None
+    #: The rates handed out for their second run, each once.
+    run_again: set[float] = field(default_factory=set)
 
     def next_rate(self) -> float | None:
-        """The rate of the next step: the search's, then the knee's and the lowest miss's second runs."""
-        if self.stopped or len(self.steps) >= self.plan.max_steps + CONFIRMATIONS:
+        """The rate of the next step: the search's (while fewer than max_steps have run), then the knee's and
+        the lowest miss's second runs, which steps run again for the generator never take the place of.
+        Each rate is handed out for a second run once at most, so the confirmations end."""
+        if self.stopped:
             return None
         outcomes = rate_outcomes([(facts, verdict) for facts, verdict, _ in self.steps])
         rate = self._search_rate(outcomes) if len(self.steps) < self.plan.max_steps else None
@@ -102,7 +106,8 @@ class Search:
         knee = self.knee()
         for again in (knee.offered_per_s, knee.miss_per_s):
             outcome = next((o for o in outcomes if again is not None and math.isclose(o.rate, again)), None)
-            if outcome is not None and len(outcome.runs) < 2:
+            if outcome is not None and len(outcome.runs) < 2 and outcome.rate not in self.run_again:
+                self.run_again.add(outcome.rate)  # once: a rate the generator limits again stays run once
                 return outcome.rate
         return None
 

@@ -56,6 +56,16 @@ def test_a_knee_that_misses_its_second_run_is_no_knee_and_the_search_goes_on():
     assert found.offered_per_s <= 20_000 * 1.1 and found.met_twice  # the flaky rates count as missed
 
 
+def test_steps_run_again_for_the_generator_do_not_take_the_place_of_the_knee_s_second_runs():
+    search = Search("java", SearchPlan(start_rate=5000, max_steps=3), SLO, workers=1)
+    limited = facts(10_000, 7.0, lag=3.0)
+    for step in (facts(5000, 1.0), limited, limited, facts(10_000, 9.0)):  # 10,000/s run again twice for the generator
+        search.steps.append((step, judge(step, SLO), f"step{len(search.steps) + 1}"))
+    assert drive(search, knee_at=7000) == [5000, 10_000]
+    found = search.knee()
+    assert found.offered_per_s == 5000 and found.met_twice and found.miss_runs == 2
+
+
 def test_a_generator_limited_miss_run_again_with_more_workers_is_superseded():
     limited, met = facts(10_000, 7.0, lag=3.0), facts(10_000, 1.0)
     steps = [(facts(5000, 1.0), judge(facts(5000, 1.0), SLO)), (limited, judge(limited, SLO)), (met, judge(met, SLO))]
