@@ -195,5 +195,5 @@ def test_a_search_with_no_knee_says_so_instead_of_an_empty_table(spark, tmp_path
         make_step(bench / "namesrv", f"namesrv-step{step:02d}", latency_ms=9.0, rates={ROUTE: offered}, seed=step,
                   extra_meta={"saturation": saturation})
     html = unescape(spark_report.build_report(spark, [str(bench)], tmp_path / "report").read_text(encoding="utf-8"))
-    assert "<b>namesrv: no knee; namesrv met the SLO at no rate (no step met the SLO)</b>" in html
+    assert "<b>namesrv: no knee; namesrv met the SLO at no rate: no step met the SLO</b>" in html
     assert "No search has a knee" in html and "client ÷ server p99" not in html

@@ -83,6 +83,9 @@ def test_a_knee_below_a_generator_limited_miss_is_a_lower_bound():
 
 def test_knee_edge_cases():
     assert find_knee(judged(step(5000, p99=9.0))).bound == "none"
+    assert find_knee(judged(step(5000, p99=9.0))).note == "no step met the SLO"
+    # met once, missed its second run: no knee, and the note does not say no step met
+    assert find_knee(judged(step(5000), step(5000, p99=9.0))).note == "no rate met the SLO in all its runs"
     assert find_knee(judged(step(5000, p99=7.0, lag=3.0))).bound == "generator"
     assert find_knee(judged(step(5000), step(10_000)), max_rate=10_000).bound == "max-rate"
     assert find_knee(judged(step(5000))).bound == "unfinished"

@@ -301,7 +301,9 @@ def find_knee(steps: Sequence[tuple[StepFacts, Judgement]], max_rate: float | No
     met = [outcome for outcome in outcomes if outcome.met]
     if not met:
         limited = any(steps[outcome.deciding][1].generator_limited for outcome in outcomes)
-        note = "no step met the SLO" + (" (the generator was the limit)" if limited else "")
+        once = any(steps[i][1].met for outcome in outcomes for i in outcome.runs)
+        note = ("no rate met the SLO in all its runs" if once else "no step met the SLO") + (
+            " (the generator was the limit)" if limited else "")
         return Knee(None, None, "generator" if limited else "none", note)
     best = met[-1]
     above = [outcome for outcome in outcomes if not outcome.met and outcome.rate > best.rate]

@@ -67,7 +67,8 @@ def _knee_verdict(tables: ReportTables, runs: Sequence[Run]) -> tuple[str, list[
     confirmed = [name for name in order if knees[name].met_twice]
     once = [name for name in order if knees[name].index is not None and not knees[name].met_twice]
     if confirmed and not once:
-        details.append("Each knee was met twice (the knee and the lowest miss were each run again).")
+        whose = "Each knee" if len(confirmed) > 1 else f"{confirmed[0]}'s knee"
+        details.append(f"{whose} was met twice (the knee and the lowest miss were each run again).")
     for name in once:
         details.append(f"{name}'s knee was met once only: the search ended before it was run again.")
     for name in order:
@@ -83,7 +84,7 @@ def _knee_verdict(tables: ReportTables, runs: Sequence[Run]) -> tuple[str, list[
 
 def _bound(name: str, knee: verdict.Knee) -> str:
     if knee.offered_per_s is None:
-        return f"{name} met the SLO at no rate ({knee.note})"
+        return f"{name} met the SLO at no rate: {knee.note}"
     if knee.bound == "slo":
         return f"{name} bounded by {'; '.join(knee.miss_reasons)} at {rate(knee.miss_per_s)}/s"
     if knee.bound == "generator":
