@@ -3,15 +3,20 @@ exit code 2, logging configuration, and conf/namesrv.properties kept in step wit
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from namesrv.cli import MACHINE_DEFAULTS, properties_template
+from namesrv.client import NamesrvClient
 from namesrv.config import NamesrvConfig, parse_properties
+from namesrv.launcher import BOOT_LINE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -131,6 +136,67 @@ def test_the_shipped_properties_file_loads_as_the_defaults() -> None:
     printed = parse_properties(result.stdout)
     defaults = NamesrvConfig().to_properties()
     assert printed == {**defaults, "configStorePath": "conf/namesrv.properties"}
+
+
+def make_run(copy: Path, kv_file: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`make run` serving `copy` (this venv's, nothing rebuilt) on ports the kernel picks; (make, its output)."""
+    venv = Path(sys.executable).parent.parent
+    output = copy.parent.parent / f"make-run-{time.monotonic_ns()}.log"
+    args = (f"--listenPort=0 --bindAddress=127.0.0.1 --zmqListenAddress= --httpListenAddress=127.0.0.1:0 "
+            f"--kvConfigPath={kv_file}")
+    with open(output, "wb") as out:  # a session of its own: make and the server stop together
+        process = subprocess.Popen([shutil.which("make"), "--no-print-directory", "-o", f"{venv}/.installed", "run",
+                                    f"VENV={venv}", f"RUN_CONF={copy}", f"RUN_ARGS={args}"],
+                                   cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return process, output
+
+
+def boot_address(process: subprocess.Popen[bytes], output: Path) -> str:
+    deadline = time.monotonic() + 30
+    while (match := BOOT_LINE.search(output.read_text(errors="replace"))) is None:
+        assert process.poll() is None, output.read_text(errors="replace")
+        assert time.monotonic() < deadline, output.read_text(errors="replace")
+        time.sleep(0.05)
+    return match["address"]
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(30)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_run_serves_a_copy_made_on_first_run_and_leaves_the_shipped_file_alone(tmp_path) -> None:
+    """A newcomer's `make run` then `namesrv-admin updateNamesrvConfig`: the update lands in the copy
+    (local/namesrv.properties by default, git-ignored), never in the tracked conf/namesrv.properties."""
+    shipped = REPO / "conf" / "namesrv.properties"
+    before = shipped.read_bytes()
+    copy = tmp_path / "local" / "namesrv.properties"
+    process, output = make_run(copy, tmp_path / "kv.json")
+    try:
+        address = boot_address(process, output)
+        with NamesrvClient(address, timeout=5) as client:
+            assert [result.ok for result in client.update_namesrv_config({"orderMessageEnable": "true"})] == [True]
+    finally:
+        stop_group(process)
+    said = output.read_text()
+    assert f"make run: first run: copied conf/namesrv.properties to {copy}" in said
+    assert f"make run: serving {copy}" in said
+    assert shipped.read_bytes() == before
+    assert parse_properties(copy.read_text())["orderMessageEnable"] == "true"
+    assert copy.read_text().replace("orderMessageEnable=true", "orderMessageEnable=false").encode() == before
+
+    process, output = make_run(copy, tmp_path / "kv.json")  # the second run serves the copy as it was left
+    try:
+        with NamesrvClient(boot_address(process, output), timeout=5) as client:
+            (served,) = client.get_namesrv_configs()
+            assert served.value["orderMessageEnable"] == "true"
+    finally:
+        stop_group(process)
+    assert "first run" not in output.read_text()
+    ignored = subprocess.run(["git", "check-ignore", "-q", "local/namesrv.properties"], cwd=REPO)
+    assert ignored.returncode in (0, 128), "local/ must be git-ignored"  # 128: not a git checkout
 
 
 def test_log_config_points_logging_elsewhere(namesrv_factory, tmp_path) -> None:
