@@ -32,7 +32,7 @@ from namesrv.metrics_peers import MetricsGatherer, MetricsPeer
 from namesrv.operator_http import OperatorHttp
 from namesrv.remoting import BindError, Outbox, Reactor, RequestBudget, RequestDispatcher
 from namesrv.remoting.curve import exposed_without_curve
-from namesrv.remoting.reactor import tcp_endpoint
+from namesrv.remoting.reactor import TCP_KEYS, ZMQ_KEY, tcp_endpoint
 from namesrv.request_stats import RequestStats
 from namesrv.routeinfo import RouteInfoManager, now_ms
 from namesrv.routeinfo.persist import BootCopy, RouteSnapshots
@@ -239,17 +239,17 @@ class NamesrvController:
         """Listen on the ports the supervisor reserved, beside the siblings (SO_REUSEPORT); an
         ipc/inproc ZeroMQ endpoint cannot be shared: worker 0 serves it."""
         config = self.config
-        endpoint = tcp_endpoint(config.bind_address, config.listen_port)
+        endpoint, keys = tcp_endpoint(config.bind_address, config.listen_port), TCP_KEYS
         try:
             tcp_fd = listening_fd(config.bind_address, config.listen_port, config.server_socket_backlog,
                                   config.server_socket_snd_buf_size, config.server_socket_rcv_buf_size)
             shared_zmq = zmq_tcp_address(config.zmq_listen_address) if config.zmq_listen_address else None
-            endpoint = config.zmq_listen_address
+            endpoint, keys = config.zmq_listen_address, ZMQ_KEY
             zmq_fd = None if shared_zmq is None else listening_fd(
                 *shared_zmq, config.server_socket_backlog, config.server_socket_snd_buf_size,
                 config.server_socket_rcv_buf_size)
         except OSError as exc:
-            raise BindError(endpoint, exc.strerror or str(exc)) from None
+            raise BindError(endpoint, keys, exc.strerror or str(exc)) from None
         self.reactor.bind(tcp_fd, zmq_fd, bind_zmq=shared_zmq is not None or self.bus.role.index == 0)
 
     def scan_not_active_brokers(self) -> None:

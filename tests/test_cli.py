@@ -16,7 +16,7 @@ import pytest
 from namesrv.cli import MACHINE_DEFAULTS, properties_template
 from namesrv.client import NamesrvClient
 from namesrv.config import NamesrvConfig, parse_properties
-from namesrv.launcher import BOOT_LINE
+from namesrv.launcher import BOOT_LINE, NamesrvProcess
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,6 +25,13 @@ def namesrv(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
     return subprocess.run([sys.executable, "-m", "namesrv", *args], capture_output=True, text=True, timeout=timeout,
                           env=env, cwd=REPO)
+
+
+def private(tmp_path: Path) -> list[str]:
+    """Files under tmp_path and ports the kernel picks: a server that starts here meets no other."""
+    return ["--listenPort=0", "--bindAddress=127.0.0.1", "--zmqListenAddress=tcp://127.0.0.1:*",
+            "--httpListenAddress=127.0.0.1:0", f"--kvConfigPath={tmp_path / 'kv.json'}",
+            f"--configStorePath={tmp_path / 'namesrv.properties'}"]
 
 
 def assert_usage_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -82,8 +89,8 @@ def test_help_exits_zero_and_explains_overrides() -> None:
     (["--clusterTest=true"], ["clusterTest", "not implemented", "only RocketMQ's default (false)"]),
     (["--writeBufferLowWaterMark=1024"], ["writeBufferLowWaterMark", "writeBufferHighWaterMark"]),
 ])
-def test_bad_command_lines_fail_with_one_line_and_exit_2(args: list[str], needles: list[str]) -> None:
-    assert_usage_error(namesrv(*args), *needles)
+def test_bad_command_lines_fail_with_one_line_and_exit_2(args: list[str], needles: list[str], tmp_path) -> None:
+    assert_usage_error(namesrv(*private(tmp_path), *args), *needles)
 
 
 @pytest.mark.parametrize(("args", "needle"), [
@@ -102,16 +109,21 @@ def test_a_bad_key_in_the_config_file_is_named(tmp_path) -> None:
     assert_usage_error(namesrv("-c", str(config_file)), "listenPortt")
 
 
-def test_a_port_in_use_is_one_line_and_exit_2(busy_port: int, tmp_path) -> None:
-    result = namesrv(f"--listenPort={busy_port}", "--bindAddress=127.0.0.1", "--zmqListenAddress=",
-                     f"--kvConfigPath={tmp_path / 'kv.json'}")
-    assert_usage_error(result, f"cannot listen on tcp://127.0.0.1:{busy_port}", "Address already in use")
-
-
-def test_a_zmq_port_in_use_is_one_line_and_exit_2(busy_port: int, tmp_path) -> None:
-    result = namesrv("--listenPort=0", "--bindAddress=127.0.0.1", f"--zmqListenAddress=tcp://127.0.0.1:{busy_port}",
-                     f"--kvConfigPath={tmp_path / 'kv.json'}")
-    assert_usage_error(result, f"tcp://127.0.0.1:{busy_port}", "Address already in use")
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize(("key", "endpoint"), [
+    ("listenPort", "tcp://127.0.0.1:{port} (bindAddress, listenPort)"),
+    ("zmqListenAddress", "tcp://127.0.0.1:{port} (zmqListenAddress)"),
+    ("httpListenAddress", "127.0.0.1:{port} (httpListenAddress)"),
+])
+def test_a_port_in_use_is_one_line_naming_its_keys_and_exit_2(busy_port: int, tmp_path, key: str, endpoint: str,
+                                                               workers: int) -> None:
+    """The port made busy here, every other one the kernel's pick: nothing else on the host matters."""
+    value = {"listenPort": busy_port, "zmqListenAddress": f"tcp://127.0.0.1:{busy_port}",
+             "httpListenAddress": f"127.0.0.1:{busy_port}"}[key]
+    result = namesrv(*private(tmp_path), f"--{key}={value}", f"--serverWorkerProcesses={workers}")
+    assert result.returncode == 2, result
+    assert result.stderr == (f"namesrv: error: cannot listen on {endpoint.format(port=busy_port)}: "
+                             f"Address already in use\n")
 
 
 def test_the_properties_file_lists_every_key_with_its_default() -> None:
@@ -210,3 +222,11 @@ def test_log_config_points_logging_elsewhere(namesrv_factory, tmp_path) -> None:
     server.wait_for_log(r"CUSTOM\|INFO\|The Name Server boot success")
     with socket.create_connection(("127.0.0.1", server.port)):
         server.wait_for_log(r"CUSTOM\|DEBUG\|tcp connection from 127\.0\.0\.1:\d+")
+
+
+def test_the_launcher_gives_an_older_checkout_the_kernel_picked_ports_it_knows(tmp_path) -> None:
+    """bench.attacks --source runs another checkout's server: every port the kernel's pick, HTTP included
+    (the key is asked of the checkout, whose `-p` lists the keys it knows), never a default one."""
+    server = NamesrvProcess(workdir=tmp_path, source_root=REPO)
+    assert {"--listenPort=0", "--zmqListenAddress=tcp://127.0.0.1:*", "--httpListenAddress=127.0.0.1:0"} <= set(
+        server.command)

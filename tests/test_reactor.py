@@ -212,7 +212,7 @@ def test_oneway_requests_are_bounded_in_flight_and_never_answered(dispatcher_par
 
 def test_a_connect_disconnect_flood_leaves_the_connection_table_empty(tmp_path) -> None:
     config = NamesrvConfig.load(None, {"listenPort": "0", "bindAddress": "127.0.0.1", "zmqListenAddress": "",
-                                       "kvConfigPath": str(tmp_path / "kv.json")})
+                                       "httpListenAddress": "", "kvConfigPath": str(tmp_path / "kv.json")})
     controller = NamesrvController(config)
     controller.start()
     try:

@@ -260,8 +260,8 @@ def test_sigterm_stops_every_worker_and_the_log_leaves_nothing_on_disk(workers, 
 def test_a_port_held_by_another_server_is_refused_not_shared(workers, tmp_path) -> None:
     """SO_REUSEPORT would let a second server share the port: the supervisor checks it first."""
     second = NamesrvProcess({"serverWorkerProcesses": 2, "listenPort": workers.port}, workdir=tmp_path)
-    with pytest.raises(NamesrvStartError, match=rf"cannot listen on tcp://127\.0\.0\.1:{workers.port}: "
-                                                r"Address already in use"):
+    with pytest.raises(NamesrvStartError, match=rf"cannot listen on tcp://127\.0\.0\.1:{workers.port} "
+                                                r"\(bindAddress, listenPort\): Address already in use"):
         second.start()
     assert second.returncode == 2
 
