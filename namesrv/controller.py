@@ -26,6 +26,7 @@ from namesrv.descriptors import fit_descriptor_limit
 from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
 from namesrv.processor import WRITE_CODES, RequestProcessor
+from namesrv.processor.core import file_error
 from namesrv.processor.requests import POOL_OF
 from namesrv.metrics import ServerState, exposition, local_families
 from namesrv.metrics_peers import MetricsGatherer, MetricsPeer
@@ -99,6 +100,8 @@ class PeriodicTasks:
             name, period, task = self._tasks[index]
             try:
                 task()
+            except OSError as exc:  # a file that can no longer be written (the snapshot): one line each time
+                log.error("scheduled task %s failed: %s", name, file_error(exc))
             except Exception:  # noqa: BLE001 - one failed run must not end the schedule
                 log.exception("scheduled task %s failed", name)
             due[index] = max(due[index] + period, time.monotonic())

@@ -224,6 +224,57 @@ def test_log_config_points_logging_elsewhere(namesrv_factory, tmp_path) -> None:
         server.wait_for_log(r"CUSTOM\|DEBUG\|tcp connection from 127\.0\.0\.1:\d+")
 
 
+def caught_signals(pid: int) -> int:
+    """The signals process `pid` has handlers for (the SigCgt mask of /proc/PID/status), 0 once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_signal_at_any_moment_of_the_start_exits_0_without_a_traceback(tmp_path, signum: int) -> None:
+    """From the first line of namesrv's own code (its handlers are in place: Python itself catches no
+    SIGTERM) through the imports, the start and serving: exit 0 and not a line of traceback."""
+    before_serving = 0
+    for delay in (0.0, 0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
+        process = subprocess.Popen([sys.executable, "-m", "namesrv", *private(tmp_path)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, cwd=REPO, env={
+                                       **os.environ, "PYTHONPATH": os.pathsep.join(
+                                           filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))})
+        deadline = time.monotonic() + 20
+        while not caught_signals(process.pid) & (1 << (signal.SIGTERM - 1)):
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.001)
+        time.sleep(delay)
+        process.send_signal(signum)
+        out, err = process.communicate(timeout=30)
+        assert process.returncode == 0, (delay, err)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (delay, err)
+        before_serving += "The Name Server boot success" not in err
+    assert before_serving >= 1, "no signal came before the server served: the imports were not covered"
+
+
+@pytest.mark.parametrize(("key", "path", "problem"), [
+    ("kvConfigPath", "/etc/passwd/kv.json", "/etc/passwd is not a directory"),
+    ("kvConfigPath", "{tmp}/file/kv.json", "{tmp}/file is not a directory"),
+    ("kvConfigPath", "/proc/namesrv-test/kv.json", "/proc/namesrv-test cannot be created (No such file or directory)"),
+    ("kvConfigPath", "{tmp}", "it is a directory"),
+    ("configStorePath", "/proc/namesrv.properties", "no file can be created in /proc (No such file or directory)"),
+    ("routeSnapshotPath", "/proc/routes.snapshot", "no file can be created in /proc (No such file or directory)"),
+])
+def test_a_file_the_server_cannot_write_is_one_line_naming_its_key_and_exit_2(tmp_path, key: str, path: str,
+                                                                               problem: str) -> None:
+    """Checked at start (namesrv.state_files), not at the first updateKvConfig hours later."""
+    (tmp_path / "file").write_text("a file, not a folder")
+    path, problem = path.format(tmp=tmp_path), problem.format(tmp=tmp_path)
+    result = namesrv(*private(tmp_path), f"--{key}={path}")
+    assert (result.returncode, result.stdout) == (2, ""), result
+    assert result.stderr == f"namesrv: error: {key}: cannot write {path}: {problem}\n"
+
+
+
 def test_the_launcher_gives_an_older_checkout_the_kernel_picked_ports_it_knows(tmp_path) -> None:
     """bench.attacks --source runs another checkout's server: every port the kernel's pick, HTTP included
     (the key is asked of the checkout, whose `-p` lists the keys it knows), never a default one."""

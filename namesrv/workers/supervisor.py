@@ -105,10 +105,10 @@ class Supervisor:
         self._boot_copy: BootCopy | None = None
 
     def run(self) -> int:
+        stops = StopSignals()
+        stops.install()  # first: a signal while the ports are reserved still ends in a clean shutdown
         reservations = self._reserve_ports()
         self._boot_copy = BootCopy.take(self._config)
-        stops = StopSignals()
-        stops.install()
         sequencer = Sequencer(self._config, self._bus_name)
         sequencer.start()
         try:
