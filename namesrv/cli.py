@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 from namesrv.config import ConfigError, NamesrvConfig, escape_property
 from namesrv.controller import NamesrvController, validate
@@ -106,7 +107,11 @@ def properties_template() -> str:
     defaults = NamesrvConfig().to_properties()
     lines = ["# namesrv configuration: every key with its default (Java properties syntax).",
              "# Generated from namesrv.config.NamesrvConfig by namesrv.cli.properties_template().",
-             "# Any key can also be overridden on the command line as --key=value.", ""]
+             "# Any key can also be overridden on the command line as --key=value.",
+             "# Keys a running server may change (UPDATE_NAMESRV_CONFIG: namesrv-admin updateNamesrvConfig), written",
+             "# back to the file it serves; every other key takes a restart:",
+             *textwrap.wrap(", ".join(sorted(NamesrvConfig.remote_updatable())), 100, initial_indent="#   ",
+                            subsequent_indent="#   "), ""]
     for key in NamesrvConfig.keys():
         lines.append(f"# {NamesrvConfig.doc(key)}")
         if key in MACHINE_DEFAULTS:
