@@ -124,7 +124,7 @@ class NamesrvController:
     def __init__(self, config: NamesrvConfig, worker: WorkerRole | None = None,
                  on_lost_sync: Callable[[str], None] | None = None, boot_copy: BootCopy | None = None) -> None:
         validate(config)
-        self._descriptor_warning = fit_descriptor_limit(config)
+        self._descriptor_note = fit_descriptor_limit(config)
         self.config = config
         self.budget = RequestBudget.from_config(config)
         self.outbox = Outbox(self.budget)
@@ -222,8 +222,8 @@ class NamesrvController:
             self.http.start()
         if self._metrics_peer is not None:
             self._metrics_peer.start()
-        if self._descriptor_warning is not None:
-            log.warning("%s", self._descriptor_warning)
+        if self._descriptor_note is not None:  # INFO: the server adapted, and refuses a flood past it
+            log.info("%s", self._descriptor_note)
         zmq_address = self.reactor.zmq_address
         if zmq_address is not None and not self.reactor.zmq_authenticated and exposed_without_curve(zmq_address):
             log.warning("the ZeroMQ endpoint %s accepts unauthenticated peers from the network: set "
