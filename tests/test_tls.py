@@ -244,17 +244,22 @@ def test_configured_certificates_client_authentication_and_reload_end_to_end(nam
 
 
 def test_namesrv_client_and_admin_speak_tls(namesrv_factory, tmp_path) -> None:
+    """Against an enforcing server: the client writes a KV entry over TLS, a plain client is refused,
+    and namesrv-admin --tls reads the entry back over a connection the server counts as a TLS handshake."""
     server = namesrv_factory(tlsMode="enforcing")
     with NamesrvClient(server.address, tls=client_tls_context(), timeout=5) as client:
         assert client.get_cluster_info().broker_addr_table == {}
+        assert [result.ok for result in client.put_kv_config("NS", "k", "written over TLS")] == [True]
     with NamesrvClient(server.address, timeout=2, connect_timeout=2) as plain:
         with pytest.raises(RemotingConnectError):
             plain.get_cluster_info()
+    handshakes = scrape(server)['namesrv_tls_handshakes_total{result="done"}']
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    admin = subprocess.run([os.sys.executable, "-m", "namesrv.admin", "clusterList", "-n", server.address, "--tls",
-                            "--json"], capture_output=True, text=True, timeout=60, env=env)
+    admin = subprocess.run([os.sys.executable, "-m", "namesrv.admin", "getKvConfig", "-n", server.address, "-s", "NS",
+                            "-k", "k", "--tls", "--json"], capture_output=True, text=True, timeout=60, env=env)
     assert admin.returncode == 0, admin.stderr
-    assert json.loads(admin.stdout) is not None
+    assert json.loads(admin.stdout) == {"namespace": "NS", "key": "k", "value": "written over TLS"}
+    assert scrape(server)['namesrv_tls_handshakes_total{result="done"}'] == handshakes + 1
 
 
 # ---- the real Java broker and producer/consumer
