@@ -109,13 +109,18 @@ def check_acknowledged(table: dict[str, str], clients: list[StormClient], where:
 
 
 def storm(server: NamesrvProcess, raw_connect, kill: int | None) -> tuple[list[StormClient], FileReader]:
-    """Run the storm; `kill`: a pid to SIGKILL a second into it."""
+    """Run the storm; `kill`: a pid to SIGKILL once a second passed and 100 writes were answered (a busy
+    machine may take longer for them); the storm goes on STORM_SECONDS - 1 s after that."""
     stop = threading.Event()
     clients = [StormClient(i, server, raw_connect, stop) for i in range(CLIENTS)]
     reader = FileReader(server.workdir / "kvConfig.json", stop)
     for thread in (*clients, reader):
         thread.start()
     time.sleep(1.0)
+    deadline = time.monotonic() + 30
+    while sum(c.writes for c in clients) <= 100:  # sleeping, not spinning: the clients are threads of this process
+        assert time.monotonic() < deadline and not [c.errors for c in clients if c.errors], "100 writes not answered"
+        time.sleep(0.02)
     if kill is not None:
         os.kill(kill, signal.SIGKILL)
     time.sleep(STORM_SECONDS - 1.0)
