@@ -89,7 +89,7 @@ def test_a_real_search_writes_every_step_and_its_knee_matches_the_rule_on_the_ru
     out = capsys.readouterr().out
     assert code == 0, out
     result = json.loads((tmp_path / "namesrv" / "search.json").read_text())
-    first, second = result["steps"]
+    first, second = result["steps"][:2]  # a third when the second is run again with one more generator process
     assert first["offered_per_s"] == pytest.approx(1008.0)  # the fleet's own rate: 8 brokers/s + 1000 clients/s
     # doubled after a step that met the SLO, halved after one that missed (a loaded CI host may miss even 50 ms),
     # run again with one more generator process after a miss put on the generator (a busy host, too)
