@@ -45,7 +45,7 @@ setup(
     description="A RocketMQ-compatible NameServer with a ZeroMQ reactor and a Cython fast path",
     python_requires=">=3.11",
     packages=find_packages(include=["namesrv", "namesrv.*"]),
-    package_data={"namesrv": ["*.pyx"], "namesrv.fastpath": ["*.pxi"]},
+    package_data={"namesrv": ["*.pyx", "static/*"], "namesrv.fastpath": ["*.pxi"]},
     ext_modules=extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
     install_requires=["pyzmq", "msgpack", "psutil", "orjson", "isal", "xxhash", "prometheus-client", "cryptography"],

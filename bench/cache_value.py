@@ -57,7 +57,7 @@ class Server:
         if seen_bytes is not None:
             inline.seen = SeenHeaders(read_header, max_bytes=seen_bytes)
         if template_bytes is not None:
-            inline.registrations.templates.max_bytes = template_bytes
+            inline.writes.templates.max_bytes = template_bytes
         broker = fleet.broker(0)
         self.register_frames = [register_template(fleet, broker, register_body(
             fleet, broker.cluster, DataVersion(1, 1))).render(i + 1)[4:] for i in range(CHUNK)]

@@ -18,7 +18,10 @@ its extension built (`python setup.py build_ext --inplace` in it).
 * register-same  REGISTER_BROKER with the broker's unchanged body (the 30-second heartbeat);
 * register-new   a new DataVersion in every request (the body is decoded; no topic changes);
 * register-churn the same, and the write perm of two topics changes each time (bench.throughput's
-                 register-churn: two routes change per registration).
+                 register-churn: two routes change per registration);
+* heartbeat      BROKER_HEARTBEAT (904) of the registered broker (a 5.x broker's liveness beat);
+* data-version   QUERY_DATA_VERSION of the registered broker with its current DataVersion (a 4.x
+                 broker asks before it re-registers).
 """
 from __future__ import annotations
 
@@ -36,10 +39,12 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cli_help import HelpFormatter  # noqa: E402
-from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
-from namesrv.protocol import DataVersion  # noqa: E402
+from bench.storm.fleet import (FleetShape, FrameTemplate, heartbeat_template, register_body,  # noqa: E402
+                               register_template, route_template)
+from namesrv.protocol import DataVersion, RemotingCommand, RequestCode  # noqa: E402
+from namesrv.protocol.codes import LanguageCode, Version  # noqa: E402
 
-WORKLOADS = ("route", "register-same", "register-new", "register-churn")
+WORKLOADS = ("route", "register-same", "register-new", "register-churn", "heartbeat", "data-version")
 #: Registrations replayed before counting starts (and a route query per topic): the route table,
 #: the route cache and the memos warm up in both runs.
 WARM_UP = 50
@@ -84,6 +89,15 @@ def workload_frames(name: str, count: int) -> tuple[list[bytes], list[bytes]]:
         frames = [route_template(fleet, topics[i % len(topics)]).render(i + 1)[4:] for i in range(count)]
     elif name == "register-same":
         frames = [first.render(i + 1)[4:] for i in range(count)]
+    elif name == "heartbeat":
+        template = heartbeat_template(fleet, broker)
+        frames = [template.render(i + 1)[4:] for i in range(count)]
+    elif name == "data-version":
+        template = FrameTemplate(RemotingCommand.request(
+            RequestCode.QUERY_DATA_VERSION, {"clusterName": broker.cluster, "brokerAddr": broker.address,
+                                             "brokerName": broker.name, "brokerId": broker.broker_id},
+            DataVersion(1, 1).encode(), version=Version.V5_3_3, language=LanguageCode.JAVA))
+        frames = [template.render(i + 1)[4:] for i in range(count)]
     elif name in ("register-new", "register-churn"):
         now = int(time.time() * 1000)
         topics = len(fleet.cluster_topics(broker.cluster))

@@ -17,7 +17,7 @@ from cpython.mem cimport PyMem_Calloc, PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.stdint cimport int16_t, int32_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, memset, strlen
+from libc.string cimport memchr, memcmp, memcpy, memset, strlen
 
 
 cdef extern from "<string.h>":
@@ -35,11 +35,11 @@ cdef extern from "Python.h":
     long long PyLong_AsLongLongAndOverflow(object value, int *overflow) except? -1
 
 
-from isal.isal_zlib import crc32 as _isal_crc32
-
+import os
 
 from namesrv.errors import ProtocolError
 
+include "fastpath/native.pxi"
 include "fastpath/_bytes.pxi"
 include "fastpath/frames.pxi"
 include "fastpath/headers.pxi"

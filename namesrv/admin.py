@@ -1,6 +1,7 @@
 """namesrv-admin: inspect and change running NameServers (ours or Apache RocketMQ's) like mqadmin does.
 
-Subcommands and flags follow mqadmin (`-n host:port[;host:port]`, or NAMESRV_ADDR). Output is a
+Subcommands and flags follow mqadmin (`-n host:port[;host:port]`, or NAMESRV_ADDR), plus namesrv's
+own explainRoute (why a topic has no route) and diff (do the NameServers agree?). Output is a
 human table, or JSON with `--json`. Writes (updateKvConfig, deleteKvConfig, wipeWritePerm,
 addWritePerm, deleteTopic, updateNamesrvConfig) go to every NameServer in -n and report per
 server. Exit status: 0 on success, 1 when any NameServer failed (its remark on stderr), 2 on
@@ -9,21 +10,29 @@ bad usage.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from namesrv.client.connection import ZMQ_HINT, speaks_zeromq
 from namesrv.client.errors import MQResponseError, RemotingError, ServerClosedError
 from namesrv.client.namesrv_client import NamesrvClient, ServerResult, parse_namesrv_addrs
-from namesrv.client.remoting import client_tls_context
+from namesrv.client.remoting import AsyncRemotingClient, client_tls_context
+from namesrv.divergence.compare import DEFAULT_MAX_ITEMS
+from namesrv.divergence.fetch import DEFAULT_PAGE_TOPICS, RemoteSource, compare
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import PERM_INHERIT, PERM_READ, PERM_WRITE, ResponseCode, SerializeType
 from namesrv.errors import ProtocolError
 from namesrv.protocol.route import ClusterInfo, TopicRouteData
+from namesrv.routeinfo.explain import when
+
+#: How long explainRoute waits for EXPLAIN_ROUTE: RocketMQ 4.9.x NameServers never answer a code they do not know.
+EXPLAIN_TIMEOUT = 1.5
 
 PROG = "namesrv-admin"
 Handler = Callable[[NamesrvClient, argparse.Namespace], int]
@@ -210,6 +219,81 @@ def update_namesrv_config(client: NamesrvClient, args: argparse.Namespace) -> in
                   f"update name server config {args.key}={args.value}")
 
 
+def explain_route(client: NamesrvClient, args: argparse.Namespace) -> int:
+    """Each namesrv's explanation from its route history, then whether every NameServer of -n has a route now."""
+    explained = client.explain_route(args.topic, min(args.timeout, EXPLAIN_TIMEOUT))
+    routes = client.topic_routes(args.topic)
+    now = [{"namesrvAddr": result.address, "route": result.ok,
+            "brokers": sorted(q.broker_name for q in result.value.queue_datas) if result.ok else [],
+            "error": None if result.ok else _error_text(result.error)} for result in routes]
+    if args.json:
+        emit_json({"explanations": {r.address: r.value if r.ok else {"error": _error_text(r.error)} for r in explained},
+                   "now": now})
+    else:
+        for result in explained:
+            print(f"{args.topic} on {result.address}:")
+            if not result.ok:
+                print(f"  no route history: {_error_text(result.error)} (not a namesrv?)")
+                continue
+            answer = result.value
+            print(f"  {answer['verdict']}")
+            history = answer.get("history") or {}
+            if history.get("dropped"):
+                print(f"  ({history['dropped']} older events of this topic were dropped)")
+            for event in answer["events"]:
+                print(f"  {when(event['at'])}  {event['text']}")
+        if len(routes) > 1:
+            print("\nRoute now on each NameServer:")
+            emit_table(("#NameServer", "#Route", "#Brokers"),
+                       [(entry["namesrvAddr"], "yes" if entry["route"] else f"no ({entry['error']})",
+                         ", ".join(entry["brokers"])) for entry in now])
+    return 0 if any(result.ok for result in explained) else 1
+
+
+def diff(client: NamesrvClient, args: argparse.Namespace) -> int:
+    """Compare the route tables of every NameServer of -n (exit 0: they agree, 1: they differ, 3: one
+    could not be read)."""
+    addresses = client.addresses
+    if len(addresses) < 2:
+        fail(args.command, "name at least two NameServers: -n host:port;host:port[;...]")
+        return 2
+
+    async def run() -> dict[str, Any]:
+        remoting = AsyncRemotingClient(timeout=args.timeout, connect_timeout=args.timeout,
+                                       serialize_type=SerializeType[args.serialize_type], tls=args.tls_context)
+        started = time.monotonic()
+        late = (lambda: time.monotonic() - started > args.max_seconds) if args.max_seconds else (lambda: False)
+        try:
+            comparison = await compare([RemoteSource(remoting, address) for address in addresses],
+                                       page_topics=args.page, routes_per_second=args.rate or None,
+                                       max_items=args.max_items, stopped=late)
+        finally:
+            await remoting.close()
+        return {**comparison.report(time.monotonic() - started), "complete": not late()}
+
+    report = asyncio.run(run())
+    if args.json:
+        emit_json(report)
+    else:
+        verdict = "agree" if report["agree"] else "differ"
+        if not report["complete"]:
+            verdict += f" so far (stopped after --max-seconds {args.max_seconds:g})"
+        print(f"{len(addresses)} NameServers {verdict}: {report['topicsCompared']} topic routes compared in "
+              f"{report['seconds']:.1f} s")
+        for line in report["summary"]:
+            print(f"  {line}")
+    if report["unreachable"]:
+        return 3
+    return 0 if report["agree"] else 1
+
+
+def _error_text(error: Exception | None) -> str:
+    if isinstance(error, MQResponseError):
+        name = ResponseCode(error.code).name if error.code in ResponseCode._value2member_map_ else str(error.code)
+        return f"{name}: {(error.remark or '').splitlines()[0] if error.remark else ''}"
+    return f"{type(error).__name__}: {error}"
+
+
 # ---- parser ----
 def _option(parser: argparse.ArgumentParser, short: str, long: str, help_text: str, required: bool = True) -> None:
     parser.add_argument(f"-{short}", f"--{long}", dest=long, required=required, help=help_text)
@@ -265,6 +349,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("deleteTopic", delete_topic, "Delete a topic from every NameServer (not from brokers).")
     _option(sub, "t", "topic", "topic name")
     _option(sub, "c", "clusterName", "only remove the topic's queues on this cluster's brokers", required=False)
+    sub = command("explainRoute", explain_route, "Why a topic has no route (or the one it has): each namesrv's "
+                  "route history, and whether each NameServer of -n has a route for it now.")
+    _option(sub, "t", "topic", "topic name")
+    sub = command("diff", diff, "Compare the route tables of the NameServers of -n (namesrv or RocketMQ's) through "
+                  "their standard requests: brokers, topics and queue entries that differ, and which NameServers "
+                  "hold what. Exit status 0: they agree; 1: they differ; 3: one could not be read.")
+    sub.add_argument("--page", type=int, default=DEFAULT_PAGE_TOPICS,
+                     help=f"route queries in flight per NameServer (default {DEFAULT_PAGE_TOPICS})")
+    sub.add_argument("--rate", type=float, default=0,
+                     help="most route queries per second per NameServer (default 0: as fast as they answer)")
+    sub.add_argument("--max-items", type=int, default=DEFAULT_MAX_ITEMS,
+                     help=f"differences listed of each kind; the rest are counted (default {DEFAULT_MAX_ITEMS})")
+    sub.add_argument("--max-seconds", type=float, default=0,
+                     help="stop comparing after this long and report what was compared, marked incomplete "
+                          "(default 0: compare everything)")
     command("getNamesrvConfig", get_namesrv_config, "Print the configuration of every NameServer.")
     sub = command("updateNamesrvConfig", update_namesrv_config, "Update a configuration key on every NameServer.")
     _option(sub, "k", "key", "config key")
@@ -283,6 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tls = None
     if args.tls or args.tls_trust_cert or args.tls_cert:
         tls = client_tls_context(args.tls_trust_cert, args.tls_cert, args.tls_key)
+    args.tls_context = tls
     client = NamesrvClient(addresses, timeout=args.timeout, connect_timeout=args.timeout,
                            serialize_type=SerializeType[args.serialize_type], admin_token=args.token, tls=tls)
     try:

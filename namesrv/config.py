@@ -52,6 +52,11 @@ def _one_of(value: str, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"expected {', '.join(allowed[:-1])} or {allowed[-1]}, got {value!r}")
 
 
+def _at_least_one(value: int) -> None:
+    if value < 1:
+        raise ValueError(f"must be at least 1, got {value}")
+
+
 def _inert(why: str, default: Any) -> Any:
     """A RocketMQ key namesrv has no use for: accepted at its default (so RocketMQ's own config
     files load), refused with `why` at any other value; a key is never accepted and ignored."""
@@ -251,6 +256,14 @@ class NamesrvConfig:
     max_route_subscription_topics: int = _key(
         "Most topics named in route-change subscriptions (SUBSCRIBE_ROUTE_CHANGES) over all connections; a "
         "subscription past it is refused with SYSTEM_ERROR.", 1000000, locked=True)
+    max_route_subscription_topics_per_connection: int = _key(
+        "Most topics one connection's route-change subscription may name (of them at most 1,000 that the route "
+        "table does not hold when subscribed); a subscription past it is refused with SYSTEM_ERROR.", 10000,
+        locked=True)
+    max_route_subscription_topics_per_host: int = _key(
+        "Most topics the route-change subscriptions of all connections from one peer host (IP address) may name "
+        "together, so that one peer cannot take maxRouteSubscriptionTopics from the others; a subscription past "
+        "it is refused with SYSTEM_ERROR.", 100000, locked=True)
     # --- namesrv's own: processes ---
     server_worker_processes: int = _key(
         "Processes serving connections in parallel (1-255). Above 1 the command starts a supervisor and this "
@@ -258,6 +271,30 @@ class NamesrvConfig:
         "every write goes through one log that the supervisor orders and every worker applies in that order; the "
         "supervisor alone writes the KV and config files (README: Worker processes). An ipc/inproc "
         "zmqListenAddress is served by worker 0 only.", 1, locked=True)
+    # --- namesrv's own: seeing the fleet (README: "Seeing the fleet") ---
+    status_page_enable: bool = _key(
+        "Serve the status page at / and /status on the operator's HTTP port, with its JSON (clusters, brokers and "
+        "their connections, topics, route-change subscribers, the stream of route changes, the divergence "
+        "check). adminAllowedNetworks and adminToken apply to its data as to admin requests. false: 404.",
+        True, locked=True)
+    route_history_max_bytes: int = _key(
+        "Bytes the history of route events may hold (what explainRoute and the status page's stream of changes "
+        "answer from): a ring of the latest events, and each topic's last loss of its route (at most half of "
+        "it), kept after the ring forgot the event. 0 = no history.", 16 * 1024 * 1024, locked=True)
+    peer_divergence_peers: str = _key(
+        "NameServers (;-separated host:port) this one compares its route table with, continuously, through "
+        "RocketMQ's standard requests (namesrv or Java); namesrvAddressList = the address service's list (this "
+        "server left out). Results on /metrics (namesrv_peer_divergence_*) and the status page. Empty = off.",
+        "", locked=True, check=lambda value: value.strip() == "namesrvAddressList" or [
+            split_address(address.strip()) for address in value.split(";") if address.strip()])
+    peer_divergence_enable: bool = _key(
+        "Run the comparison with peerDivergencePeers (false pauses it and ends a pass under way).", True, remote=True)
+    peer_divergence_interval_seconds: int = _key(
+        "Seconds between the end of one comparison with the peers and the start of the next (at least 1).", 60,
+        check=_at_least_one)
+    peer_divergence_routes_per_second: int = _key(
+        "Most route queries a comparison sends each NameServer per second (this one included); 0 = as fast as they "
+        "answer: how long a pass over a large fleet takes against what it costs them.", 2000)
 
     # ---- keys ----
     @staticmethod

@@ -19,17 +19,21 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import msgpack
+
 from namesrv.broker_notifier import BrokerNotifier
 from namesrv.channel import Channel
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.descriptors import fit_descriptor_limit
+from namesrv.divergence.checker import PeerDivergence
+from namesrv.gc_pauses import PAUSES
 from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
 from namesrv.processor import WRITE_CODES, RequestProcessor
 from namesrv.processor.core import file_error
 from namesrv.processor.requests import POOL_OF
 from namesrv.metrics import ServerState, exposition, local_families
-from namesrv.metrics_peers import MetricsGatherer, MetricsPeer
+from namesrv.metrics_peers import STATUS, MetricsGatherer, MetricsPeer
 from namesrv.operator_http import OperatorHttp
 from namesrv.remoting import BindError, Outbox, Reactor, RequestBudget, RequestDispatcher
 from namesrv.remoting.curve import exposed_without_curve
@@ -38,6 +42,7 @@ from namesrv.request_stats import RequestStats
 from namesrv.routeinfo import RouteInfoManager, now_ms
 from namesrv.routeinfo.persist import BootCopy, RouteSnapshots
 from namesrv.route_publisher import RoutePublisher
+from namesrv.status_page import StatusPage, StatusSources, local_facts
 from namesrv.writelog.log import MAX_WORKERS
 from namesrv.writelog.ports import listening_fd, zmq_tcp_address
 from namesrv.writelog.replication import LogClock, SyncError, WorkerBus, WorkerRole
@@ -109,8 +114,8 @@ class PeriodicTasks:
 
 def selector_threads(config: NamesrvConfig, workers: int) -> int:
     """One process's ZeroMQ I/O threads: serverSelectorThreads is the server's, shared by its worker
-    processes (at least one each). More I/O threads than cores only add wake-ups: with 2 workers on
-    2 cores, 1 thread each instead of 3 answered 26% more route queries per CPU-second."""
+    processes (at least one each). More I/O threads than cores only add wake-ups (bench.throughput
+    with serverWorkerProcesses and serverSelectorThreads set shows it per CPU-second)."""
     return max(1, config.server_selector_threads // workers)
 
 
@@ -152,24 +157,39 @@ class NamesrvController:
                                selector_threads(config, 1 if worker is None else worker.workers),
                                decode=self.processor.inline.answer_all)
         self.route_publisher = RoutePublisher(self.routes, self.processor.subscriptions, self.processor.route_body,
-                                              self.outbox, self.reactor)
+                                              self.outbox, self.reactor, self.budget,
+                                              config.max_connection_output_bytes)
         #: NOTIFY_MIN_BROKER_ID_CHANGE: every worker applies every change, worker 0 alone sends it.
         self.broker_notifier = BrokerNotifier(self.routes) if worker is None or worker.index == 0 else None
+        #: The continuous divergence check against peerDivergencePeers (worker 0's: all hold the same tables).
+        self.divergence = PeerDivergence(config) \
+            if config.peer_divergence_peers and (worker is None or worker.index == 0) else None
         #: The operator's HTTP port: one per server (worker 0's with worker processes, whose `/metrics`
-        #: gathers its siblings' through `_gatherer`; they answer through `_metrics_peer`).
+        #: and status page gather their siblings' through `_gatherer`; they answer through `_metrics_peer`).
         self.http = None
         self._gatherer = self._metrics_peer = None
         if config.http_listen_address:
+            PAUSES.install()
             families = local_families(ServerState(self.routes, self.kv, self.reactor, self.dispatcher,
-                                                  self.processor.subscriptions))
+                                                  self.processor.subscriptions, self.divergence))
+            incarnation = None if worker is None else (worker.index, worker.generation)
+
+            def facts() -> dict[str, object]:
+                """What only this process knows, for the status page (namesrv.status_page)."""
+                return local_facts(self.routes, self.reactor.security_of, self.processor.subscriptions, incarnation)
             if worker is not None and worker.index == 0:
                 self._gatherer = MetricsGatherer(worker, families)
                 families = self._gatherer.families
             elif worker is not None:
-                self._metrics_peer = MetricsPeer(worker, families)
+                self._metrics_peer = MetricsPeer(worker, families, lambda: msgpack.packb(facts()))
             if worker is None or worker.index == 0:
+                status = None if not config.status_page_enable else StatusPage(StatusSources(
+                    config, self.routes, self.kv, facts, workers=1 if worker is None else worker.workers,
+                    siblings=list if self._gatherer is None else lambda: self._gatherer.ask(STATUS),
+                    address=lambda: self.reactor.tcp_address,
+                    divergence=(lambda: None) if self.divergence is None else self.divergence.status)).reply
                 self.http = OperatorHttp(config.http_listen_address, self.readiness,
-                                         lambda: config.namesrv_address_list, exposition(families))
+                                         lambda: config.namesrv_address_list, exposition(families), status)
         self._tasks = PeriodicTasks()
         self._tasks.add("scanNotActiveBroker", config.scan_not_active_broker_interval / 1000,
                         self.scan_not_active_brokers)
@@ -217,6 +237,8 @@ class NamesrvController:
         if self.broker_notifier is not None:
             self.broker_notifier.start()
         self.reactor.start()
+        if self.divergence is not None:
+            self.divergence.start()
         self._tasks.start()
         if self.http is not None:
             self.http.start()
@@ -306,6 +328,8 @@ class NamesrvController:
             self._gatherer.close()
         if self._metrics_peer is not None:
             self._metrics_peer.stop()
+        if self.divergence is not None:
+            self.divergence.stop()
         if self.config.enable_shutdown_gracefully:
             self._go_away(self.config.shutdown_wait_time_seconds)
         self.reactor.pause_reading()

@@ -1,62 +1,27 @@
 """KV configuration (RocketMQ's KVConfigManager): namespaces of key -> value, persisted atomically.
 
 The one piece of NameServer state that survives a restart. RocketMQ 5.x overwrites the file in
-place, so a crash mid-write leaves a torn or empty file; here every write goes to a temp file that
-is fsynced and renamed over the old one (then the directory is fsynced), so the file on disk is
-always a complete old or new version. File format: reference 3.14.
+place, so a crash mid-write leaves a torn or empty file; here every write replaces it atomically
+(namesrv.files), so the file on disk is always a complete old or new version. File format:
+reference 3.14.
 """
 from __future__ import annotations
 
 import logging
 import os
-import stat
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from namesrv.protocol import jsonbody
 from namesrv.errors import ProtocolError
+from namesrv.files import write_atomically
+from namesrv.protocol import jsonbody
 
 log = logging.getLogger(__name__)
 
 #: Namespace whose entries (topic -> "brokerName:queueNums;...") mark order topics.
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
-
-
-def write_atomically(path: str | Path, data: bytes | list[bytes | memoryview], mode: int = 0o644) -> None:
-    """Replace `path` by `data` (or its parts, in order): after a crash at any point the file is the
-    old or the new content.
-
-    A new file gets `mode` (less the umask); a replaced one keeps its permissions, never more
-    than `mode` (an operator's chmod 600 on a file holding a secret survives the rewrite).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        mode &= stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        pass
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        try:
-            for part in [data] if isinstance(data, bytes) else data:
-                view = memoryview(part)
-                while view:
-                    view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
 
 
 class KVConfigManager:
@@ -174,7 +139,7 @@ def _parse(data: bytes) -> dict[str, dict[str, str | None]]:
     root = jsonbody.expect(jsonbody.loads(data, what), dict, what)
     table: dict[str, dict[str, str | None]] = {}
     for namespace, entries in jsonbody.get_dict(root, "configTable", what).items():
-        jsonbody.expect(entries, dict, f"{what} namespace {namespace}")
+        jsonbody.expect(entries, dict, what, " namespace ", namespace)
         table[namespace] = {key: _text(value, f"{what} {namespace}/{key}") for key, value in entries.items()
                             if value is not None}
     return table

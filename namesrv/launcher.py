@@ -47,7 +47,8 @@ class NamesrvProcess:
                  startup_timeout: float = 20.0, source_root: str | Path | None = None) -> None:
         """`source_root`: the checkout whose `namesrv` package runs (default: this one), say an
         older commit's worktree for a before-and-after measurement."""
-        self._source_root = str(source_root or _SOURCE_ROOT)
+        #: The checkout whose `namesrv` package runs.
+        self.source_root = str(source_root or _SOURCE_ROOT)
         self._owns_workdir = workdir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="namesrv-") if workdir is None else workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -79,7 +80,7 @@ class NamesrvProcess:
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (self._source_root, env.get("PYTHONPATH"))))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (self.source_root, env.get("PYTHONPATH"))))
         return env
 
     def _known_keys(self) -> set[str]:

@@ -24,6 +24,8 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from namesrv.divergence.checker import PeerDivergence, divergence_families
+from namesrv.gc_pauses import PAUSES
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor.route_push import RouteSubscriptions
 from namesrv.remoting import Reactor, RequestDispatcher
@@ -53,6 +55,8 @@ class ServerState:
     reactor: Reactor
     dispatcher: RequestDispatcher
     subscriptions: RouteSubscriptions
+    #: The continuous divergence check, if this process runs it.
+    divergence: PeerDivergence | None = None
 
 
 class ServerCollector:
@@ -106,8 +110,10 @@ class ServerCollector:
                                   "executor queue.", value=dispatcher.queue_full)
         budget = dispatcher.budget
         yield _by_label(GaugeMetricFamily, "namesrv_in_flight_bytes", "Request bytes held before their answer "
-                        "(maxInFlightRequestBytes): incomplete frames, queued requests, replies not yet taken.",
-                        "kind", {"incomplete": budget.incomplete, "queued": budget.queued, "replies": budget.replies})
+                        "(maxInFlightRequestBytes): incomplete frames, queued requests, replies not yet taken, route-change "
+                        "pushes subscribers hold unsent.",
+                        "kind", {"incomplete": budget.incomplete, "queued": budget.queued, "replies": budget.replies,
+                                 "pushes": budget.pushes})
         yield GaugeMetricFamily("namesrv_in_flight_limit_bytes", "maxInFlightRequestBytes in force.",
                                 value=budget.limit)
         yield CounterMetricFamily("namesrv_in_flight_refused", "Requests refused for the in-flight budget.",
@@ -115,6 +121,12 @@ class ServerCollector:
         yield CounterMetricFamily("namesrv_in_flight_connections_closed", "Connections closed for their incomplete "
                                   "frames past the in-flight budget.", value=budget.evicted)
         yield GaugeMetricFamily("namesrv_threads", "Threads of the process.", value=self._process.num_threads())
+        pauses = HistogramMetricFamily("namesrv_gc_pause_seconds", "Pauses of Python's cyclic garbage collector "
+                                       "(every thread of the process waits), by generation.", labels=["generation"])
+        for generation, buckets in PAUSES.snapshot().items():
+            pauses.add_metric([str(generation)], list(zip(LE_LABELS, accumulate(buckets[:-1]))), buckets[-1])
+        yield pauses
+        yield from divergence_families(state.divergence)
 
 
 def _request_families(dispatcher: RequestDispatcher) -> Iterator[Metric]:

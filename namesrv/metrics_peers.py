@@ -6,6 +6,9 @@ sockets), answering each request with its families, packed (namesrv.metrics.pack
 scrape worker 0 asks every sibling at once and waits at most PEER_TIMEOUT_SECONDS in all; a
 sibling that does not answer by then (restarting, say) is left out of that scrape, which
 `namesrv_worker_processes_reporting` shows. The merge is namesrv.metrics.merge_families.
+
+The status page asks the same way (`STATUS`) for what only each worker knows: its connections' TLS
+and its route-change subscribers (namesrv.status_page.local_facts).
 """
 from __future__ import annotations
 
@@ -24,6 +27,9 @@ log = logging.getLogger(__name__)
 
 #: How long a scrape waits for the siblings' answers, all together.
 PEER_TIMEOUT_SECONDS = 1.0
+#: What worker 0 asks: the families, or the status page's facts.
+METRICS = b"metrics"
+STATUS = b"status"
 #: How often the peer thread looks whether it should stop.
 STOP_POLL_MS = 100
 
@@ -35,8 +41,10 @@ def peer_endpoint(role: WorkerRole, index: int) -> str:
 class MetricsPeer:
     """A sibling's end: `start()`, then it answers until `stop()`."""
 
-    def __init__(self, role: WorkerRole, families: Callable[[], list[Metric]]) -> None:
+    def __init__(self, role: WorkerRole, families: Callable[[], list[Metric]],
+                 status: Callable[[], bytes] | None = None) -> None:
         self._families = families
+        self._status = status
         self._context = zmq.Context(io_threads=1)
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
@@ -61,8 +69,11 @@ class MetricsPeer:
             try:
                 if not sock.poll(STOP_POLL_MS):
                     continue
-                requester, *_ = sock.recv_multipart()
-                sock.send_multipart([requester, pack_families(self._families())])
+                requester, *question = sock.recv_multipart()
+                if question == [STATUS] and self._status is not None:
+                    sock.send_multipart([requester, self._status()])
+                else:
+                    sock.send_multipart([requester, pack_families(self._families())])
             except Exception:  # noqa: BLE001 - a failed answer leaves this worker out of one scrape only
                 log.exception("answering a metrics scrape failed")
 
@@ -77,9 +88,7 @@ class MetricsGatherer:
         self._lock = threading.Lock()
 
     def families(self) -> list[Metric]:
-        with self._lock:  # one scrape at a time: the HTTP port serves several clients
-            siblings = self._ask_siblings()
-        views = [self._local(), *siblings]
+        views = [self._local(), *map(unpack_families, self.ask(METRICS))]
         merged = merge_families(views)
         merged.append(GaugeMetricFamily("namesrv_worker_processes_reporting", "Worker processes whose metrics this "
                                         "scrape includes (serverWorkerProcesses when all answered).",
@@ -89,7 +98,13 @@ class MetricsGatherer:
     def close(self) -> None:
         self._context.term()
 
-    def _ask_siblings(self) -> list[list[Metric]]:
+    def ask(self, question: bytes) -> list[bytes]:
+        """Every sibling's answer to `question` that comes in time (one question at a time: the
+        HTTP port serves several clients)."""
+        with self._lock:
+            return self._ask_siblings(question)
+
+    def _ask_siblings(self, question: bytes) -> list[bytes]:
         role = self._role
         sockets = []
         poller = zmq.Poller()
@@ -98,10 +113,10 @@ class MetricsGatherer:
                 sock = self._context.socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.connect(peer_endpoint(role, index))
-                sock.send(b"metrics", zmq.NOBLOCK)
+                sock.send(question, zmq.NOBLOCK)
                 poller.register(sock, zmq.POLLIN)
                 sockets.append(sock)
-            views: list[list[Metric]] = []
+            views: list[bytes] = []
             waiting = set(sockets)
             deadline = time.monotonic() + PEER_TIMEOUT_SECONDS
             while waiting:
@@ -109,12 +124,12 @@ class MetricsGatherer:
                 if remaining <= 0:
                     break
                 for sock, _ in poller.poll(remaining * 1000):
-                    views.append(unpack_families(sock.recv()))
+                    views.append(sock.recv())
                     poller.unregister(sock)
                     waiting.discard(sock)
             if waiting:
-                log.warning("%d of %d sibling workers sent no metrics within %.1f s", len(waiting), len(sockets),
-                            PEER_TIMEOUT_SECONDS)
+                log.warning("%d of %d sibling workers sent no %s within %.1f s", len(waiting), len(sockets),
+                            question.decode(), PEER_TIMEOUT_SECONDS)
             return views
         finally:
             for sock in sockets:

@@ -24,7 +24,7 @@ from namesrv.protocol import (
     Version,
 )
 from namesrv.protocol.codes import PERM_READ, PERM_WRITE
-from namesrv.routeinfo import RouteInfoManager
+from namesrv.routeinfo import Registrant, RouteInfoManager
 
 RW = PERM_READ | PERM_WRITE
 
@@ -85,9 +85,7 @@ def test_large_table_is_split_into_disjoint_chunks_under_the_limit(compressed: b
 
 def _register(routes: RouteInfoManager, bodies: list[bytes], channel: Channel) -> None:
     for body in bodies:
-        result = routes.register_broker(cluster_name="C", broker_addr="127.0.0.1:10911", broker_name="b1",
-                                        broker_id=0, ha_server_addr="127.0.0.1:10912", wrapper=_decode(body),
-                                        filter_server_list=[], channel=channel, enable_acting_master=False)
+        result = routes.register(Registrant("C", "127.0.0.1:10911", "b1", 0, "127.0.0.1:10912", None, False), _decode(body), [], channel)
         assert result is not None
 
 

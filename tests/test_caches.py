@@ -92,7 +92,7 @@ def _memo_owners() -> set[str]:
 
 def test_every_memo_is_listed_in_the_cache_module():
     owners = _memo_owners()
-    assert {"processor.seen_headers", "processor.register_fast_path"} <= owners
+    assert {"processor.seen_headers", "processor.write_fast_path"} <= owners
     for owner in owners:
         assert f"`{owner}." in caches.__doc__, f"{owner} keeps a BoundedMemo not listed in namesrv.caches"
 

@@ -3,6 +3,7 @@ exit code 2, logging configuration, and conf/namesrv.properties kept in step wit
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -82,7 +83,8 @@ def test_help_exits_zero_and_explains_overrides() -> None:
     (["--logConfig=/nonexistent/logging.conf", "--listenPort=0"], ["/nonexistent/logging.conf"]),
     (["--listenPort=70000"], ["listenPort", "0-65535"]),
     (["--clientRequestThreadPoolNums=0", "--listenPort=0"], ["clientRequestThreadPoolNums", "at least 1"]),
-    (["--zmqListenAddress=nonsense", "--listenPort=0", "--bindAddress=127.0.0.1"], ["nonsense"]),
+    (["--zmqListenAddress=nonsense", "--listenPort=0", "--bindAddress=127.0.0.1", "--httpListenAddress="],
+     ["nonsense"]),
     # RocketMQ keys namesrv has no use for: never accepted and ignored
     (["--serverWorkerThreads=16"], ["serverWorkerThreads", "reactor thread", "serverWorkerProcesses",
                                     "only RocketMQ's default (8)"]),
@@ -148,6 +150,14 @@ def test_the_shipped_properties_file_loads_as_the_defaults() -> None:
     printed = parse_properties(result.stdout)
     defaults = NamesrvConfig().to_properties()
     assert printed == {**defaults, "configStorePath": "conf/namesrv.properties"}
+
+
+def test_the_readme_lists_the_keys_a_running_server_may_change() -> None:
+    """The README's list of runtime-updatable keys is the allowlist's (conf/namesrv.properties is
+    generated from it; the README is written by hand and must follow)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    listed = readme.partition("The keys a running\nserver may change")[2].partition("Any other key")[0]
+    assert set(re.findall(r"`(\w+)`", listed)) == NamesrvConfig.remote_updatable()
 
 
 def make_run(copy: Path, kv_file: Path) -> tuple[subprocess.Popen[bytes], Path]:

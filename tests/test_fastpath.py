@@ -579,9 +579,9 @@ def test_stamp_frames_refuses_what_is_no_body(impl):
 
 @settings(max_examples=300)
 @given(data=st.binary(max_size=300))
-def test_entry_digest_is_xxh64(data):
-    """The entry digest is XXH64 (0 read as 1) in both twins: the C one is pinned to the xxhash package."""
-    expected = xxhash.xxh64_intdigest(data) or 1
+def test_entry_digest_is_xxh3(data):
+    """The entry digest is XXH3 (64 bits, 0 read as 1) in both twins: the C one calls the xxhash package's own."""
+    expected = xxhash.xxh3_64_intdigest(data) or 1
     assert pure.entry_digest(data) == expected
     if _fastpath is not None:
         assert _fastpath.entry_digest(data) == expected
@@ -594,3 +594,35 @@ def test_entry_digest_is_xxh64(data):
 def test_container_counts_agree_between_the_twins(data):
     assert _fastpath.count_containers(data) == pure.count_containers(data) == data.count(b"[") + data.count(b"{")
     assert _fastpath.count_containers(bytearray(data)) == pure.count_containers(data)
+
+
+BODY_CRC_KEYS = [
+    (b'{"extFields":{"bodyCrc32":"104391605","x":"1"},"opaque":,"v":1}',
+     (b'{"extFields":{"bodyCrc32":"","x":"1"},"opaque":,"v":1}', 104391605)),
+    (b'{"bodyCrc32":"0"}', (b'{"bodyCrc32":""}', 0)),
+    (b'{"bodyCrc32":"2147483647"}', (b'{"bodyCrc32":""}', 2147483647)),
+    (b'{"bodyCrc32":"2147483648"}', None),  # past int32
+    (b'{"bodyCrc32":"07"}', None),  # not as Java writes it
+    (b'{"bodyCrc32":"-7"}', None),  # masked CRC32s are never negative
+    (b'{"bodyCrc32":""}', None),
+    (b'{"bodyCrc32":"7', None),  # no closing quote
+    (b'{"bodyCrc32":"7","bodyCrc32":"8"}', None),  # twice: which one the parser takes is not ours to say
+    (b'{"bodyCrc32":7}', None),  # a number, not the string Java writes
+    (b'{"x":"1"}', None),
+]
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@pytest.mark.parametrize("key, expected", BODY_CRC_KEYS)
+def test_body_crc_key(impl, key, expected):
+    assert impl.body_crc_key(key) == expected
+    assert impl.body_crc_key(bytearray(key)) == expected
+
+
+@needs_extension
+@settings(max_examples=500)
+@given(st.binary(max_size=40).map(lambda b: b'{"a":' + b + b'"bodyCrc32":"') | st.binary(max_size=60),
+       st.text(alphabet='0123456789"-x', max_size=12).map(str.encode), st.binary(max_size=30))
+def test_body_crc_key_implementations_agree(head, middle, tail):
+    key = head + middle + tail
+    assert _fastpath.body_crc_key(key) == pure.body_crc_key(key)

@@ -182,6 +182,7 @@ class RequestFuzzer:
             RequestCode.ADD_WRITE_PERM_OF_BROKER: {"brokerName": self.pick(BROKERS[:2])},
             RequestCode.DELETE_TOPIC_IN_NAMESRV: {"topic": self.pick(TOPICS[:3]), "clusterName": self.pick(CLUSTERS)},
             RequestCode.GET_TOPICS_BY_CLUSTER: {"cluster": self.pick(CLUSTERS)},
+            RequestCode.EXPLAIN_ROUTE: {"topic": self.pick(TOPICS[:3])},
             RequestCode.GET_BROKER_MEMBER_GROUP: {"clusterName": self.pick(CLUSTERS), "brokerName": self.pick(BROKERS)},
             RequestCode.BROKER_HEARTBEAT: self.identity(),
             RequestCode.SUBSCRIBE_ROUTE_CHANGES: ({"all": "true"} if self.chance(0.3) else

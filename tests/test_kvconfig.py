@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, write_atomically
+from namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager
 
 
 @pytest.fixture
@@ -118,23 +118,6 @@ def test_concurrent_writers_leave_every_write_on_disk(path):
     for t in threads:
         t.join(60)
     assert len(orjson.loads(path.read_bytes())["configTable"]["NS"]) == 80
-
-
-def test_write_atomically_replaces_and_leaves_no_temp_file(tmp_path):
-    target = tmp_path / "deep" / "file.json"
-    write_atomically(target, b"one")
-    write_atomically(target, b"two")
-    assert target.read_bytes() == b"two"
-    assert sorted(p.name for p in target.parent.iterdir()) == ["file.json"]
-
-
-def test_failed_write_keeps_the_old_file(tmp_path):
-    target = tmp_path / "file.json"
-    write_atomically(target, b"old")
-    (tmp_path / "file.json.tmp").mkdir()  # the temp file cannot be created
-    with pytest.raises(OSError):
-        write_atomically(target, b"new")
-    assert target.read_bytes() == b"old"
 
 
 WRITER = textwrap.dedent("""

@@ -11,13 +11,13 @@ import zlib
 
 import pytest
 
-from namesrv.broker_notifier import BrokerNotifier, broker_address
+from namesrv.broker_notifier import MAX_TARGETS_PER_CHANGE, BrokerNotifier, broker_address
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.protocol import (ClusterInfo, DataVersion, FrameDecoder, RegisterBrokerBody, RemotingCommand,
                               RequestCode, ResponseCode, TopicConfig, TopicConfigSerializeWrapper)
 from namesrv.protocol.codes import Version
-from namesrv.routeinfo import MinBrokerIdChange, RouteInfoManager
+from namesrv.routeinfo import MinBrokerIdChange, Registrant, RouteInfoManager
 
 START = 1_700_000_000_000
 MASTER, SLAVE1, SLAVE2 = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
@@ -44,10 +44,7 @@ class Group:
     def register(self, addr: str, broker_id: int, acting: bool | None = True, topics: tuple = ("T1", "T2"),
                  state: int = 0, timeout: int | None = None):
         wrapper = TopicConfigSerializeWrapper({t: TopicConfig(t, 4, 4) for t in topics}, DataVersion(1, START, state))
-        return self.routes.register_broker(cluster_name="c", broker_addr=addr, broker_name="g", broker_id=broker_id,
-                                           ha_server_addr=addr.replace("10911", "10912"), wrapper=wrapper,
-                                           filter_server_list=[], channel=channel(addr), enable_acting_master=acting,
-                                           heartbeat_timeout_millis=timeout)
+        return self.routes.register(Registrant("c", addr, "g", broker_id, addr.replace("10911", "10912"), timeout, acting), wrapper, [], channel(addr))
 
     def taken(self) -> list[MinBrokerIdChange]:
         changes = list(self.changes)
@@ -309,19 +306,103 @@ def test_an_unreachable_broker_is_skipped_quickly_and_the_others_are_told(listen
     notifier.close_all()
 
 
-def test_connections_are_bounded_and_idle_ones_closed(listeners):
+def test_connections_are_bounded_those_kept_are_reused_and_idle_ones_closed(listeners):
     brokers = listeners(3)
     notifier = BrokerNotifier(RouteInfoManager(NamesrvConfig()), max_connections=2, idle_seconds=30)
+    for _ in range(3):  # the same three in turn: an LRU of two would open a connection for every one
+        for broker in brokers:
+            notifier.send(MinBrokerIdChange("g", 1, broker.address, None, None, (broker.address,)))
     for broker in brokers:
-        notifier.send(MinBrokerIdChange("g", 1, broker.address, None, None, (broker.address,)))
-        broker.wait(1)
-    assert notifier.connected() == [brokers[1].address, brokers[2].address]
-    brokers[0].wait_ended(1)  # the least recently used went
+        broker.wait(3)
+    assert notifier.connected() == [brokers[0].address, brokers[1].address]
+    assert [broker.accepted for broker in brokers] == [1, 1, 3]  # the kept two reused; the third one-off
+    assert notifier.opened == 5
     notifier.close_idle(time.monotonic() + 10)
     assert len(notifier.connected()) == 2
     notifier.close_idle(time.monotonic() + 31)
     assert notifier.connected() == []
-    brokers[2].wait_ended(1)
+    brokers[1].wait_ended(1)
+
+
+def test_a_change_tells_at_most_a_few_brokers_and_notifications_keep_to_the_rate(listeners, caplog):
+    brokers = listeners(MAX_TARGETS_PER_CHANGE + 4)
+    notifier = BrokerNotifier(RouteInfoManager(NamesrvConfig()), rate=20.0, burst=MAX_TARGETS_PER_CHANGE)
+    change = MinBrokerIdChange("g", 1, brokers[0].address, None, None, tuple(b.address for b in brokers))
+    started = time.monotonic()
+    notifier.send(change)
+    assert time.monotonic() - started < 0.5  # the burst
+    assert (notifier.sent, notifier.skipped) == (MAX_TARGETS_PER_CHANGE, 4)
+    assert f"names {MAX_TARGETS_PER_CHANGE + 4} brokers to notify: only the first {MAX_TARGETS_PER_CHANGE}" \
+        in caplog.text
+    for broker in brokers[:MAX_TARGETS_PER_CHANGE]:
+        broker.wait(1)
+    assert [b.accepted for b in brokers] == [1] * MAX_TARGETS_PER_CHANGE + [0] * 4
+    notifier.send(change)  # the burst is spent: 20 a second
+    took = time.monotonic() - started
+    assert notifier.sent == 2 * MAX_TARGETS_PER_CHANGE and (MAX_TARGETS_PER_CHANGE - 1) / 20 <= took < 2.0
+    notifier.close_all()
+
+
+def test_an_unanswering_broker_backs_off_doubling_and_is_told_again_once_it_answers(listeners):
+    silent = socket.create_server(("127.0.0.1", 0), backlog=0)  # never accepts: once its queue is full,
+    address = "127.0.0.1:%d" % silent.getsockname()[1]          # connecting times out
+    filler = []
+    try:
+        for _ in range(4):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(silent.getsockname())
+            filler.append(sock)
+        time.sleep(0.2)
+        clock = [1000.0]
+        notifier = BrokerNotifier(RouteInfoManager(NamesrvConfig()), clock=lambda: clock[0])
+        change = MinBrokerIdChange("g", 1, address, None, None, (address,))
+        started = time.perf_counter()
+        notifier.send(change)
+        assert notifier.failed == 1 and time.perf_counter() - started < 1.0  # the connect timed out (0.3 s)
+        for advance, failed, skipped in ((0.5, 1, 1), (0.6, 2, 1), (1.9, 2, 2), (0.2, 3, 2), (3.9, 3, 3)):
+            clock[0] += advance
+            notifier.send(change)
+            assert (notifier.failed, notifier.skipped) == (failed, skipped), advance
+    finally:
+        silent.close()
+        for sock in filler:
+            sock.close()
+    (one,) = listeners(1)
+    clock[0] += 4.1
+    recovered = MinBrokerIdChange("g", 1, one.address, None, None, (one.address,))
+    notifier._back_off(one.address, None)  # as if it had failed once
+    notifier.send(recovered)
+    assert notifier.skipped == 4
+    clock[0] += 1.0
+    notifier.send(recovered)
+    assert notifier.sent == 1 and one.address not in notifier._backoffs
+    notifier.close_all()
+
+
+def test_a_host_name_lookup_that_hangs_holds_the_notifier_at_most_the_timeout(listeners, monkeypatch):
+    from namesrv import broker_notifier
+    (one,) = listeners(1)
+    real = socket.getaddrinfo
+    hanging = threading.Event()
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host == "slow.broker.invalid" and not kwargs.get("flags", 0) & socket.AI_NUMERICHOST:
+            hanging.wait(5)  # a resolver that does not answer
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(broker_notifier.socket, "getaddrinfo", getaddrinfo)
+    notifier = BrokerNotifier(RouteInfoManager(NamesrvConfig()))
+    try:
+        started = time.monotonic()
+        notifier.send(MinBrokerIdChange("g", 1, one.address, None, None, ("slow.broker.invalid:10911", one.address)))
+        assert time.monotonic() - started < 1.0 and (notifier.failed, notifier.sent) == (1, 1)
+        hanging.set()  # the resolver answers again
+        notifier.send(MinBrokerIdChange("g", 1, one.address, None, None, (f"localhost:{one.address.split(':')[1]}",)))
+        assert notifier.sent == 2  # a name that resolves is used
+    finally:
+        hanging.set()
+        notifier.stop()
 
 
 def test_a_full_queue_drops_and_logs_without_blocking(caplog):

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from namesrv.client import BrokerIdentity, BrokerService, BrokerTopicTable
-from namesrv.operator_http import MAX_CLIENTS
+from namesrv.operator_http import MAX_CLIENTS, PAGES, REQUEST_SECONDS, OperatorHttp, answer
 from namesrv.protocol import (DataVersion, RegisterBrokerBody, RequestCode, ResponseCode, TopicConfig,
                               TopicConfigSerializeWrapper)
 
@@ -82,20 +82,66 @@ def test_the_address_service_answers_rocketmq_clients_the_configured_list(namesr
     assert get(unlisted.http_url + "/rocketmq/nsaddr")[0] == 404
 
 
-def test_connections_past_the_bound_are_closed_at_once_and_service_resumes(namesrv_factory) -> None:
+def closed_by_server(sock: socket.socket, wait: float) -> bool:
+    sock.settimeout(wait)
+    try:
+        return sock.recv(1024) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def test_a_newcomer_past_the_bound_is_served_and_the_longest_waiting_connection_closed(namesrv_factory) -> None:
     server = namesrv_factory()
     host, port = server.http_url.removeprefix("http://").rsplit(":", 1)
-    idle = [socket.create_connection((host, int(port))) for _ in range(MAX_CLIENTS)]
+    idle = []
     try:
+        for _ in range(MAX_CLIENTS):
+            idle.append(socket.create_connection((host, int(port))))
+            time.sleep(0.01)  # accepted in this order
+        idle[-1].sendall(b"GET /hea")  # a request on its way
         time.sleep(0.3)
         with socket.create_connection((host, int(port)), timeout=5) as extra:
             extra.sendall(b"GET /health HTTP/1.0\r\n\r\n")
-            assert extra.recv(1024) == b""  # closed unanswered
+            assert extra.recv(1024).startswith(b"HTTP/1.0 200 ")
+        assert closed_by_server(idle[0], 1.0)  # the one waiting longest made room
+        assert not any(closed_by_server(sock, 0.01) for sock in idle[1:])
+        started = time.monotonic()
+        assert all(closed_by_server(sock, REQUEST_SECONDS + 1.0) for sock in idle[1:])  # past their deadline
+        assert time.monotonic() - started < REQUEST_SECONDS + 1.0
     finally:
         for sock in idle:
             sock.close()
-    time.sleep(0.3)
     assert get(server.http_url + "/health")[0] == 200
+
+
+def raw_http(server, request: bytes) -> bytes:
+    host, port = server.http_url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(request)
+        return sock.recv(1024)
+
+
+def test_odd_requests_get_their_error_and_serving_goes_on(namesrv_factory) -> None:
+    server = namesrv_factory()
+    assert raw_http(server, b"POST /health HTTP/1.0\r\nContent-Length: 2\r\n\r\nxx").startswith(b"HTTP/1.0 501")
+    assert raw_http(server, b"GET /" + b"a" * 70000 + b" HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 414")
+    assert raw_http(server, b"GET /health HTTP/1.0\r\nX: " + b"a" * 70000 + b"\r\n\r\n").startswith(b"HTTP/1.0 431")
+    assert raw_http(server, b"GET /../../etc/passwd HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 404")
+    assert b"400 - Bad request" in raw_http(server, b"\x16\x03\x01\x02\x00\x01\r\n\r\n")  # no version: no status line
+    assert get(server.http_url + "/health")[0] == 200
+
+
+def test_each_path_is_answered_from_the_one_table_of_pages() -> None:
+    service = OperatorHttp("127.0.0.1:0", lambda: (True, {"brokers": 0}), lambda: "", lambda: b"m 1\n")
+    assert answer(service, "/health") == (200, "application/json", '{"status": "UP"}')
+    assert answer(service, "/ready")[0:2] == (200, "application/json")
+    assert answer(service, "/rocketmq/nsaddr")[0] == 404  # namesrvAddressList not set
+    for path in ("/", "/nothing", "/rocketmq/a/b", "/health/x", "/../etc/passwd"):
+        status, _, body = answer(service, path)
+        assert status == 404 and "/health" in body and "/rocketmq/<subgroup>" in body, path
+    assert set(PAGES) == {"/health", "/ready", "/metrics", "/rocketmq/"}
 
 
 RMQ = Path(__file__).resolve().parents[2] / "shared" / "rocketmq-4.9.8"

@@ -37,7 +37,7 @@ from namesrv.protocol import (
 )
 from namesrv.protocol.codes import FLAG_UNIT, FLAG_UNIT_SUB, PERM_READ, PERM_WRITE
 from namesrv.protocol.topic import decode_registration
-from namesrv.routeinfo import RouteInfoManager
+from namesrv.routeinfo import Registrant, RouteInfoManager
 
 START = 1_700_000_000_000
 BROKER = Channel("tcp", b"broker-1", "10.0.0.1:50000")
@@ -119,7 +119,7 @@ def route_of(response) -> dict:
 
 def test_every_reference_code_has_a_handler():
     push = {RequestCode.SUBSCRIBE_ROUTE_CHANGES, RequestCode.UNSUBSCRIBE_ROUTE_CHANGES}  # namesrv's own
-    assert SUPPORTED_CODES == REFERENCE_CODES | push
+    assert SUPPORTED_CODES == REFERENCE_CODES | push | {RequestCode.EXPLAIN_ROUTE}
     assert {code for code, pool in POOL_OF.items() if pool == "client"} == {RequestCode.GET_ROUTEINFO_BY_TOPIC, *push}
     assert RESPONSE_HEADER_CODES == {101, 103, 205, 322, 327}
 
@@ -424,14 +424,14 @@ def test_a_new_data_version_reads_only_the_changed_topics_and_still_restores_wha
     # An admin wipes the write perm: the master's next DataVersion re-applies its whole table,
     # unchanged entries included (the route table no longer holds what they say).
     ns.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
-    assert ns.routes.topic_entries("C", "10.0.0.1:10911", "broker-a", 0) is None
+    assert ns.routes.topic_entries(Registrant("C", "10.0.0.1:10911", "broker-a", 0)) is None
     ns.register(topics=topics, counter=2)
     assert all(route_of(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": t}))["queueDatas"][0]["perm"] == 6
                for t in topics)
     # Then one topic changes with the next DataVersion: it alone is read, and answered at once.
     changed = topics[:5] + [TopicConfig("T5", 4, 4, PERM_READ)] + topics[6:]
     if fastpath.IMPLEMENTATION == "cython":  # only its scanner leaves unchanged entries out
-        previous = ns.routes.topic_entries("C", "10.0.0.1:10911", "broker-a", 0)
+        previous = ns.routes.topic_entries(Registrant("C", "10.0.0.1:10911", "broker-a", 0))
         read, _ = decode_registration(registration_body(changed, 3), previous=previous)
         assert (read.omitted, list(read.topics)) == (19, ["T5"])
     ns.register(topics=changed, counter=3)
@@ -443,7 +443,7 @@ def test_a_registration_decoded_against_entries_the_route_table_no_longer_holds_
     if fastpath.IMPLEMENTATION != "cython":
         pytest.skip("only the Cython fast path leaves topic entries out")
     ns.register(topics=("T1", "T2"), counter=1)
-    offered = ns.routes.topic_entries("C", "10.0.0.1:10911", "broker-a", 0)
+    offered = ns.routes.topic_entries(Registrant("C", "10.0.0.1:10911", "broker-a", 0))
     assert offered is not None
     # The race: the hint is taken, then an admin changes the table before the registration locks it.
     ns.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
@@ -523,10 +523,10 @@ def test_unit_topic_lists_and_their_switch(ns):
 
 def test_a_failing_handler_becomes_system_error(tmp_path, monkeypatch):
     ns = Namesrv(tmp_path)
-    (tmp_path / "kvConfig.json.tmp").mkdir()  # the KV file can no longer be written: said in one line
+    (tmp_path / "kvConfig.json").mkdir()  # the KV file can no longer be written: said in one line
     response = ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k", "value": "v"})
     assert (response.code, response.remark) == (ResponseCode.SYSTEM_ERROR,
-                                                f"cannot write {tmp_path / 'kvConfig.json.tmp'}: Is a directory")
+                                                f"cannot write {tmp_path / 'kvConfig.json'}: Is a directory")
     monkeypatch.setattr(KVConfigManager, "get", lambda *args: 1 / 0)  # any other failure: its type and text
     response = ns.call(RequestCode.GET_KV_CONFIG, {"namespace": "NS", "key": "k"})
     assert (response.code, response.remark) == (ResponseCode.SYSTEM_ERROR, "ZeroDivisionError: division by zero")

@@ -103,7 +103,7 @@ def test_black_listed_keys_are_refused_and_nothing_is_written(ns, tmp_path, name
 
 
 UPDATABLE = ("deleteTopicWithBrokerRegistration, enableAllTopicList, enableTopicList, notifyMinBrokerIdChanged, "
-             "orderMessageEnable, returnOrderTopicConfigToBroker, supportActingMaster")
+             "orderMessageEnable, peerDivergenceEnable, returnOrderTopicConfigToBroker, supportActingMaster")
 
 
 @pytest.mark.parametrize("body, reason", [

@@ -23,6 +23,7 @@ from namesrv.protocol.codes import FLAG_RESPONSE
 from namesrv.protocol.msgpack_codec import decode_msgpack
 from namesrv.remoting import BoundedExecutor, Outbox, RequestDispatcher
 from namesrv.remoting.dispatch import BUDGET_REMARK, OVERLOAD_REMARK
+from namesrv.remoting.outbox import Close
 from namesrv.routeinfo import RouteInfoManager
 
 TCP = Channel("tcp", b"\x00\x01", "127.0.0.1:1")
@@ -142,9 +143,12 @@ def test_outbox_wakes_once_and_drains_every_batch_in_order() -> None:
         assert readable(outbox.fileno())
         items = outbox.drain()
         assert not readable(outbox.fileno())  # one wake-up byte, consumed
-        assert len(items) == 801 and items[-1] == (ZMQ, "expired")
+        assert len(items) == 801 and items[-1] == (ZMQ, Close("expired"))
         for tag in range(4):
-            assert [payload[1] for _, payload in items if payload[:1] == bytes([tag])] == list(range(200))
+            assert [payload[1] for _, payload in items[:-1] if payload[:1] == bytes([tag])] == list(range(200))
+        assert outbox.delivered_through == 0
+        outbox.sent()
+        assert outbox.delivered_through == 801  # every batch put so far was taken and sent
         assert outbox.drain() == []
     finally:
         outbox.close()

@@ -291,3 +291,35 @@ def test_any_sequence_of_registrations_matches_the_regular_path(tmp_path_factory
     for opaque, (header, topics, perm, counter) in enumerate(steps):
         twins.send(registration(header, with_topics(topics, counter, perm), opaque=opaque,
                                 serialize_type=serialize_type))
+
+
+def liveness(code: int, header: dict, data: bytes | None = None, *, opaque: int = 1,
+             serialize_type: int = SerializeType.JSON) -> bytes:
+    return RemotingCommand.request(code, header, data, opaque=opaque, serialize_type=serialize_type,
+                                   version=Version.V5_3_3).encode()[4:]
+
+
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_heartbeats_and_data_version_queries_are_answered_inline_as_the_regular_path_answers_them(
+        tmp_path, serialize_type):
+    """BROKER_HEARTBEAT and QUERY_DATA_VERSION are answered inline (repeats from memory of their header),
+    with the regular path's bytes and liveness times; for an unknown broker too."""
+    twins = Twins(tmp_path)
+    twins.send(registration(serialize_type=serialize_type))
+    stranger = {**MASTER, "brokerAddr": "10.0.0.9:10911"}
+    steps = [liveness(RequestCode.BROKER_HEARTBEAT, MASTER),
+             liveness(RequestCode.QUERY_DATA_VERSION, MASTER, DataVersion(1, 1).encode()),  # unchanged
+             liveness(RequestCode.QUERY_DATA_VERSION, MASTER, DataVersion(2, 9).encode()),  # changed
+             liveness(RequestCode.QUERY_DATA_VERSION, MASTER),  # no body
+             liveness(RequestCode.BROKER_HEARTBEAT, stranger),
+             liveness(RequestCode.QUERY_DATA_VERSION, stranger, DataVersion(1, 1).encode())]
+    for round_ in range(2):  # the second round reads every header from memory
+        for opaque, frame in enumerate(steps, 10):
+            frame = RemotingCommand.decode(frame)
+            frame.opaque, frame.serialize_type = opaque + round_, serialize_type
+            for server in (twins.inline, twins.twin):
+                server.now += 1_000
+            inline, answer = twins.send(frame.encode()[4:])
+            assert inline and answer.code == ResponseCode.SUCCESS and answer.opaque == opaque + round_
+            if frame.ext_fields["brokerAddr"] == MASTER["brokerAddr"]:
+                assert twins.inline.live(MASTER).last_update_timestamp == twins.inline.now

@@ -29,7 +29,7 @@ ROCKETMQ_4_9_CODES = {100, 101, 102, 103, 104, 105, 106, 205, 206, 216, 219, 224
 ROCKETMQ_5_CODES = {100, 101, 102, 103, 104, 105, 106, 205, 206, 216, 217, 219, 224, 304, 311, 312, 313, 318, 319,
                     322, 327, 901, 904}
 #: namesrv's own (namesrv.processor.route_push), in a range RocketMQ does not use.
-NAMESRV_CODES = {RequestCode.SUBSCRIBE_ROUTE_CHANGES, RequestCode.UNSUBSCRIBE_ROUTE_CHANGES}
+NAMESRV_CODES = {RequestCode.SUBSCRIBE_ROUTE_CHANGES, RequestCode.UNSUBSCRIBE_ROUTE_CHANGES, RequestCode.EXPLAIN_ROUTE}
 #: Codes of the NameServer's world it does not serve on its port, and why.
 KNOWINGLY_NOT_SUPPORTED = {
     905: "NOTIFY_MIN_BROKER_ID_CHANGE: a NameServer sends it to brokers, never serves it",
@@ -65,14 +65,16 @@ def test_codes_not_served_here_are_answered_not_supported(tmp_path, code: int) -
 
 def test_the_derived_sets_follow_the_rows() -> None:
     assert [spec.code for spec in REQUESTS] == list(BY_CODE)
-    assert ADMIN_CODES == {100, 102, 205, 327, 216, 217, 318}
-    assert ADMIN_CODES <= WRITE_CODES, "an admin request that changes nothing needs no guard"
+    assert ADMIN_CODES == {100, 102, 205, 327, 216, 217, 318, RequestCode.EXPLAIN_ROUTE}
+    # An admin request that changes nothing needs no guard, unless it tells who connects from where.
+    assert ADMIN_CODES - WRITE_CODES == {RequestCode.EXPLAIN_ROUTE}
     assert WRITE_CODES == {100, 102, 103, 104, 205, 216, 217, 318, 322, 327, 904}
     assert PERSISTED_CODES == {100, 102, 318} and PERSISTED_CODES <= WRITE_CODES
-    assert {code for code, pool in POOL_OF.items() if pool == "client"} == {RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                                            *NAMESRV_CODES}
+    assert {code for code, pool in POOL_OF.items() if pool == "client"} == {
+        RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.SUBSCRIBE_ROUTE_CHANGES, RequestCode.UNSUBSCRIBE_ROUTE_CHANGES}
     assert {spec.code: spec.inline for spec in REQUESTS if spec.inline} == {
-        RequestCode.GET_ROUTEINFO_BY_TOPIC: Inline.ROUTE_QUERY, RequestCode.REGISTER_BROKER: Inline.REGISTRATION}
+        RequestCode.GET_ROUTEINFO_BY_TOPIC: Inline.ROUTE_QUERY, RequestCode.REGISTER_BROKER: Inline.WRITE,
+        RequestCode.QUERY_DATA_VERSION: Inline.WRITE, RequestCode.BROKER_HEARTBEAT: Inline.WRITE}
 
 
 def populated(tmp_path) -> Namesrv:

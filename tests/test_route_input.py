@@ -1,4 +1,4 @@
-"""What may enter the route table (namesrv.processor.route_input), and log lines a name cannot forge.
+"""What may enter the route table (namesrv.routeinfo.route_input), and log lines a name cannot forge.
 
 A registration breaking a rule is refused whole with SYSTEM_ERROR naming the rule, and the
 broker's earlier routes stay as they were; the names real RocketMQ brokers register pass.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import time
 import zlib
 from urllib.request import urlopen
@@ -35,8 +36,7 @@ def test_each_subscriber_gets_its_topics_changes_with_versions_and_alike_subscri
     subs.subscribe(B, ["T1", "T2"], everything=False, standard=True)
     subs.subscribe(C, [], everything=True, standard=False)
     routes = {"T1": b'{"r":1}', "T3": b'{"r":3}'}
-    pushed = subs.publish({"T1", "T3"}, lambda topic, standard, zone: routes.get(topic), routes.__contains__, encode,
-                          lambda channel: False)
+    pushed = subs.publish({"T1", "T3"}, lambda topic, standard, zone: routes.get(topic), routes.__contains__, encode)
     by_channel = {channel: frame for channel, frame in pushed}
     assert set(by_channel) == {A, B, C}
     assert by_channel[A] == by_channel[B]  # one encoding for subscribers alike
@@ -44,8 +44,7 @@ def test_each_subscriber_gets_its_topics_changes_with_versions_and_alike_subscri
     everything = json.loads(decode_msgpack(by_channel[C]).body)["changes"]
     assert [(c["topic"], c["version"]) for c in everything] == [("T1", 1), ("T3", 1)]
     del routes["T1"]  # deleted: told so, and its count goes on
-    pushed = dict(subs.publish({"T1"}, lambda topic, standard, zone: routes.get(topic), routes.__contains__, encode,
-                               lambda channel: False))
+    pushed = dict(subs.publish({"T1"}, lambda topic, standard, zone: routes.get(topic), routes.__contains__, encode))
     assert changes(pushed[A]) == [{"topic": "T1", "version": 2, "route": None}] and subs.version("T1") == 2
     assert decode_msgpack(pushed[C]).code == RequestCode.ROUTE_CHANGED
 
@@ -56,12 +55,15 @@ def test_a_large_round_is_split_and_a_subscriber_that_does_not_read_is_dropped_t
     subs.subscribe(B, [], everything=True, standard=True)
     topics = {f"T{i}" for i in range(3000)}
     body = b'{"brokerDatas":[],"queueDatas":[' + b'{"brokerName":"x"},' * 20 + b'{}]}'
-    pushed = subs.publish(topics, lambda topic, standard, zone: body, lambda topic: True, encode,
-                          lambda channel: channel == B)
+    _, notice = subs.drop(B, encode)
+    assert subs.drop(B, encode) is None  # no longer subscribed
+    pushed = subs.publish(topics, lambda topic, standard, zone: body, lambda topic: True, encode)
     frames = [frame for channel, frame in pushed if channel == A]
     assert len(frames) > 1 and all(len(frame) < PUSH_BODY_BYTES + 64 * 1024 for frame in frames)
     assert sorted(c["topic"] for frame in frames for c in changes(frame)) == sorted(topics)
-    (notice,) = [RemotingCommand.decode(frame[4:]) for channel, frame in pushed if channel == B]
+    assert not [frame for channel, frame in pushed if channel == B]
+    notice = RemotingCommand.decode(notice[4:])
+    assert notice.code == RequestCode.ROUTE_CHANGED and notice.is_oneway
     assert "dropped to polling" in notice.ext_fields["dropped"] and len(subs) == 1 and subs.dropped == 1
 
 
@@ -76,6 +78,44 @@ def test_subscriptions_are_bounded_in_named_topics() -> None:
         assert "maxRouteSubscriptionTopics" in str(exc)
     assert subs.unsubscribe(A) and not subs.unsubscribe(A)
     subs.subscribe(B, ["T3", "T4", "T5"], everything=False, standard=True)
+
+
+def refused(subs: RouteSubscriptions, channel: Channel, topics: list[str], **kwargs) -> str:
+    try:
+        subs.subscribe(channel, topics, everything=False, standard=True, **kwargs)
+    except SubscriptionRefused as exc:
+        return str(exc)
+    raise AssertionError("not refused")
+
+
+def test_shares_per_connection_and_per_host_keep_one_peer_from_locking_others_out() -> None:
+    subs = RouteSubscriptions(max_topics=10, max_per_connection=3, max_per_host=5)
+    first, second, third = (Channel("tcp", bytes([i]), f"10.0.0.1:{i}") for i in (1, 2, 3))
+    other_host = Channel("tcp", b"o", "10.0.0.2:1")
+    subs.subscribe(first, ["T1", "T2", "T3"], everything=False, standard=True)
+    assert "maxRouteSubscriptionTopicsPerConnection (3; 3 subscribed)" in refused(subs, first, ["T4"])
+    subs.subscribe(second, ["T1", "T2"], everything=False, standard=True)
+    assert "maxRouteSubscriptionTopicsPerHost of 10.0.0.1 (5; 5 subscribed)" in refused(subs, third, ["T9"])
+    subs.subscribe(other_host, ["Good"], everything=False, standard=True)  # another peer is not locked out
+    assert subs.unsubscribe(first)  # its share is free again
+    subs.subscribe(third, ["T9"], everything=False, standard=True)
+    ipv6 = Channel("tcp", b"6", "fe80::1:10911")
+    subs.subscribe(ipv6, ["A", "B", "C"], everything=False, standard=True)
+    assert "of fe80::1 " in refused(RouteSubscriptions(10, 10, 3), ipv6, ["A", "B", "C", "D"])
+
+
+def test_topics_the_route_table_does_not_hold_are_few_per_connection_and_known_ones_share_its_names() -> None:
+    from namesrv.processor.route_push import MAX_UNKNOWN_TOPICS
+    subs = RouteSubscriptions(max_topics=10 * MAX_UNKNOWN_TOPICS)
+    table = {sys.intern("Known" + "x" * 100)}  # as the route table holds its topics
+    known_name = next(iter(table))
+    invented = [f"Invented{i}" for i in range(MAX_UNKNOWN_TOPICS)]
+    subs.subscribe(A, invented, everything=False, standard=True, exists=table.__contains__)
+    assert "route table does not hold would pass 1000" in refused(subs, A, ["OneMore"], exists=table.__contains__)
+    copy = "".join(["Known", "x" * 100])  # an equal string, not the table's
+    subs.subscribe(A, [copy], everything=False, standard=True, exists=table.__contains__)
+    (held,) = [topic for topic in subs._subscriptions[A].topics if topic.startswith("Known")]
+    assert held is known_name and held is not copy
 
 
 # ---- a real server

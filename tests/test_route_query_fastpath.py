@@ -20,6 +20,7 @@ from namesrv.processor import RequestProcessor
 from namesrv.protocol import DataVersion, RemotingCommand, RequestCode, SerializeType, TopicConfig, \
     TopicConfigSerializeWrapper
 from namesrv.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, Version
+from namesrv.routeinfo import Registrant
 
 CLIENT = Channel("tcp", b"client-1", "10.0.0.100:50000")
 TOPICS = ["TopicA", "TopicB", "Tópico-ü"]
@@ -32,9 +33,7 @@ class Server(InlineServer):
     def __init__(self, tmp_path, **config) -> None:
         super().__init__(tmp_path, **config)
         wrapper = TopicConfigSerializeWrapper({t: TopicConfig(t, 4, 4) for t in TOPICS}, DataVersion(1, 1))
-        self.routes.register_broker(cluster_name="c1", broker_addr="10.0.0.1:10911", broker_name="b1", broker_id=0,
-                                    ha_server_addr=None, wrapper=wrapper, filter_server_list=[],
-                                    channel=Channel("tcp", b"broker", "10.0.0.1:5000"))
+        self.routes.register(Registrant("c1", "10.0.0.1:10911", "b1", 0), wrapper, [], Channel("tcp", b"broker", "10.0.0.1:5000"))
 
     def answer(self, frame: bytes) -> bytes | None:
         return self.inline(frame, CLIENT)
@@ -188,7 +187,7 @@ def test_cache_gives_a_read_entry_a_second_chance_and_never_spins():
     assert cache.topics() <= {"e"} and cache.size()[1] <= 2 * (100 + ENTRY_OVERHEAD)
 
 
-#: What a broker may register over the wire: TopicValidator's characters (namesrv.processor.route_input).
+#: What a broker may register over the wire: TopicValidator's characters (namesrv.routeinfo.route_input).
 REGISTRABLE = [topic for topic in TOPICS if topic.isascii()]
 
 

@@ -15,7 +15,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.protocol.codes import FLAG_UNIT, FLAG_UNIT_SUB, PERM_PRIORITY, PERM_READ, PERM_WRITE
 from namesrv.protocol.route import QueueData, TopicRouteData
 from namesrv.protocol.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
-from namesrv.routeinfo import DEFAULT_BROKER_CHANNEL_EXPIRED_TIME, RouteInfoManager
+from namesrv.routeinfo import DEFAULT_BROKER_CHANNEL_EXPIRED_TIME, Registrant, RouteInfoManager
 
 START = 1_700_000_000_000
 
@@ -46,11 +46,10 @@ def register(routes: RouteInfoManager, name: str = "broker-a", addr: str = "10.0
              topics: tuple = ("T1", "T2"), cluster: str = "DefaultCluster", counter: int = 1, state: int = 0,
              via: Channel | None = None, ha: str | None = None, filters: list[str] | None = None,
              **extra):
-    return routes.register_broker(cluster_name=cluster, broker_addr=addr, broker_name=name, broker_id=broker_id,
-                                  ha_server_addr=ha or addr.replace("10911", "10912"),
-                                  wrapper=wrapper(*topics, counter=counter, state=state, mappings=extra.pop("mappings", None)),
-                                  filter_server_list=[] if filters is None else filters,
-                                  channel=via or channel(hash(addr) & 0xFFFF), **extra)
+    table = wrapper(*topics, counter=counter, state=state, mappings=extra.pop("mappings", None))
+    fingerprint = extra.pop("body_fingerprint", None)
+    return routes.register(Registrant(cluster, addr, name, broker_id, ha or addr.replace("10911", "10912"), **extra),
+                           table, [] if filters is None else filters, via or channel(hash(addr) & 0xFFFF), fingerprint)
 
 
 @pytest.fixture
@@ -180,9 +179,8 @@ def test_live_info_records_channel_version_timeout_and_ha_address(routes, clock)
 def test_filter_servers_are_set_cleared_and_shown_in_routes(routes):
     register(routes, filters=["10.0.0.1:30000"])
     assert route(routes, "T1").filter_server_table == {"10.0.0.1:10911": ["10.0.0.1:30000"]}
-    routes.register_broker(cluster_name="DefaultCluster", broker_addr="10.0.0.1:10911", broker_name="broker-a",
-                           broker_id=0, ha_server_addr=None, wrapper=wrapper("T1", "T2"), filter_server_list=None,
-                           channel=channel(1))
+    routes.register(Registrant("DefaultCluster", "10.0.0.1:10911", "broker-a", 0), wrapper("T1", "T2"), None,
+                    channel(1))
     assert route(routes, "T1").filter_server_table == {"10.0.0.1:10911": ["10.0.0.1:30000"]}  # None: unchanged
     register(routes, filters=[])
     assert route(routes, "T1").filter_server_table == {}
@@ -307,7 +305,7 @@ def test_expiry_rechecks_under_the_write_lock(routes, clock):
     while lock._writers_waiting == 0:  # the scan found its candidate and waits for the write lock
         assert time.monotonic() < deadline
         time.sleep(0.001)
-    routes._live[("DefaultCluster", "10.0.0.1:10911")].last_update_timestamp = clock.now  # the heartbeat
+    routes._live.by_key[("DefaultCluster", "10.0.0.1:10911")].last_update_timestamp = clock.now  # the heartbeat
     lock.release_read()
     scan.join(10)
     assert result == [] and routes.pickup_topic_route("T1") is not None
@@ -410,9 +408,8 @@ def test_snapshot_is_a_copy(routes):
 
 def refresh(routes: RouteInfoManager, fingerprint: str = "body-1", name: str = "broker-a",
             addr: str = "10.0.0.1:10911", broker_id: int = 0, via: Channel | None = None, **extra):
-    return routes.refresh_registration(cluster_name="DefaultCluster", broker_addr=addr, broker_name=name,
-                                       broker_id=broker_id, ha_server_addr=addr.replace("10911", "10912"),
-                                       body_fingerprint=fingerprint, channel=via or channel(1), **extra)
+    return routes.refresh(Registrant("DefaultCluster", addr, name, broker_id, addr.replace("10911", "10912"), **extra),
+                          fingerprint, via or channel(1))
 
 
 def test_identical_reregistration_only_refreshes_liveness_and_channel(routes, clock):

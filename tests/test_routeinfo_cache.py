@@ -17,7 +17,7 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.protocol.codes import PERM_READ
 from namesrv.protocol.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
-from namesrv.routeinfo import DEFAULT_BROKER_CHANNEL_EXPIRED_TIME, RouteInfoManager
+from namesrv.routeinfo import DEFAULT_BROKER_CHANNEL_EXPIRED_TIME, Registrant, RouteInfoManager
 from namesrv.routeinfo.cache import ENTRY_OVERHEAD, RouteBodyCache
 from namesrv.routeinfo.rwlock import ReadWriteLock
 
@@ -50,12 +50,7 @@ class Cluster:
                  filters: list[str] | None = None, ch: int | None = None) -> None:
         queues = queues or {}
         table = {t: TopicConfig(t, queues.get(t, 4), queues.get(t, 4)) for t in topics_of(group)}
-        self.routes.register_broker(
-            cluster_name="C", broker_addr=f"10.0.{group}.{broker_id}:10911", broker_name=f"g{group}",
-            broker_id=broker_id, ha_server_addr=None,
-            wrapper=TopicConfigSerializeWrapper(table, DataVersion(self.counters[group], 0, 0)),
-            filter_server_list=[] if filters is None else filters,
-            channel=Channel("tcp", bytes([group, broker_id if ch is None else ch])))
+        self.routes.register(Registrant("C", f"10.0.{group}.{broker_id}:10911", f"g{group}", broker_id), TopicConfigSerializeWrapper(table, DataVersion(self.counters[group], 0, 0)), [] if filters is None else filters, Channel("tcp", bytes([group, broker_id if ch is None else ch])))
 
     def query_everything(self) -> None:
         for topic in ALL_TOPICS:

@@ -26,7 +26,7 @@ from namesrv.protocol.codes import PERM_READ, PERM_WRITE
 from namesrv.protocol.route import QueueData
 from namesrv.protocol.topic import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper, \
     decode_registration
-from namesrv.routeinfo import RouteInfoManager, StaleTopicEntries
+from namesrv.routeinfo import Registrant, RouteInfoManager, StaleTopicEntries
 
 CLUSTERS = ("C1", "C2")
 NAMES = ("b1", "b2", "b3")
@@ -73,20 +73,18 @@ class Clock:
 
 def register(routes: RouteInfoManager, op: tuple, shortcut: bool):
     (_, cluster, name, addr, broker_id, configs, counter, state, acting, filters, ch, timeout, zone) = op
-    identity = dict(cluster_name=cluster, broker_addr=addr, broker_name=name, broker_id=broker_id,
-                    ha_server_addr=addr, channel=Channel("tcp", bytes([ch])), zone_name=zone,
-                    heartbeat_timeout_millis=timeout, enable_acting_master=acting)
+    registrant = Registrant(cluster, addr, name, broker_id, addr, timeout, acting, zone)
+    via = Channel("tcp", bytes([ch]))
     body = TopicConfigSerializeWrapper({c.topic_name: c for c in configs}, DataVersion(counter, 0, state))
     if not shortcut:
-        return routes.register_broker(wrapper=body, filter_server_list=filters, **identity)
+        return routes.register(registrant, body, filters, via)
     fingerprint = repr((configs, counter, state, filters))  # what the body's bytes determine
-    result = routes.refresh_registration(body_fingerprint=fingerprint, **identity)
+    result = routes.refresh(registrant, fingerprint, via)
     if result is None:  # as the processor passes it: decoded to queue fields only
         data = RegisterBrokerBody(body, filters).encode()
-        table, _ = decode_registration(data, previous=routes.topic_entries(cluster, addr, name, broker_id))
+        table, _ = decode_registration(data, previous=routes.topic_entries(registrant))
         try:
-            result = routes.register_broker(wrapper=table, filter_server_list=filters, body_fingerprint=fingerprint,
-                                            **identity)
+            result = routes.register(registrant, table, filters, via, fingerprint)
         except StaleTopicEntries:
             raise AssertionError("a single thread never registers against entries the hint did not offer") from None
     return result
@@ -158,12 +156,13 @@ def check_consistent(routes: RouteInfoManager, config: NamesrvConfig) -> None:
     for key, live in tables.broker_live_table.items():
         if live.channel is not None:
             by_channel.setdefault(live.channel, set()).add(key)
-    assert routes._channel_keys == by_channel
-    assert set(routes._queue_pool) <= set(brokers)
-    assert routes._queue_datas == sum(map(len, tables.topic_queue_table.values())), "maxQueueDatas miscounts"
+    channel_index, pooled_groups, entries = routes.consistency_indexes()
+    assert channel_index == by_channel
+    assert pooled_groups <= set(brokers)
+    assert entries == sum(map(len, tables.topic_queue_table.values())), "maxQueueDatas miscounts"
 
     # Every cached body is what encoding the current route gives (no missed invalidation).
-    for topic, variants in routes._route_cache._entries.items():
+    for topic, variants in routes._changes.cache._entries.items():
         for standard, ((order, acting), body) in variants.items():
             if acting != config.support_acting_master:
                 continue  # unreachable: a lookup with the current switch misses it

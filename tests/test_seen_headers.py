@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from namesrv import fastpath
 from namesrv.processor import inline
-from namesrv.processor.inline import HeaderReader, PreparedRegistration, read_header
+from namesrv.processor.inline import HeaderReader, PreparedWrite, read_header
 from namesrv.processor.seen_headers import JSON_FIELD, ROCKETMQ_FIELD, SeenHeaders
 from namesrv.protocol.codes import LanguageCode, RequestCode
 
@@ -53,7 +53,7 @@ class CountedParse:
     def __init__(self) -> None:
         self.calls = 0
 
-    def __call__(self, serialize_field: int, header: bytes):
+    def __call__(self, serialize_field: int, header: bytes, json_split: tuple | None = None):
         self.calls += 1
         return read_header(serialize_field, header)
 
@@ -69,7 +69,7 @@ def test_a_new_body_crc_is_rebound_not_parsed(monkeypatch):
         header = JSON_SHAPES[0].format(o=opaque, c=digits).encode()
         read = headers.read(JSON_FIELD, header)
         assert read == read_header(JSON_FIELD, header) and read[1].header.body_crc32 == int(digits)
-        assert read[1].with_(opaque, None, 0).ext_fields["bodyCrc32"] == digits
+        assert read[1].request.derive(opaque, None, 0).ext_fields["bodyCrc32"] == digits
     assert parse.calls == 2
     assert headers.read(JSON_FIELD, JSON_SHAPES[0].format(o=6, c="007").encode())[1].header.body_crc32 == 7
     assert parse.calls == 3  # not canonical: parsed
@@ -81,7 +81,8 @@ def test_body_crc_look_alikes_never_teach_the_reader(monkeypatch, shape):
     monkeypatch.setattr(inline, "read_header", parse)
     reader = HeaderReader()
     for digits in ("77", "9", "5", "123", "0"):
-        reader(JSON_FIELD, shape.format(o=1, c=digits).encode())
+        header = shape.format(o=1, c=digits).encode()
+        reader(JSON_FIELD, header, fastpath.json_opaque_key(header))
     assert len(reader.shapes) == 0
 
 
@@ -97,7 +98,7 @@ def test_a_repeat_is_read_from_memory_and_a_new_body_crc_is_parsed(seen):
     for opaque in (1, 2, -3, 2 ** 31 - 1):
         header = shape.format(o=opaque, c="104391605").encode()
         read = headers.read(JSON_FIELD, header)
-        assert read == read_header(JSON_FIELD, header) and type(read[1]) is PreparedRegistration
+        assert read == read_header(JSON_FIELD, header) and type(read[1]) is PreparedWrite
     assert parse.calls == 1
     header = shape.format(o=5, c="7").encode()
     assert headers.read(JSON_FIELD, header)[1].header.body_crc32 == 7

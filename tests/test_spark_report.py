@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 import random
 import shutil
-import subprocess
 from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
+import chromium
 import pytest
 from hdrh.log import HistogramLogReader
 
@@ -43,7 +43,6 @@ from namesrv.protocol import RequestCode
 SECOND = 1_000_000_000
 CODES = (int(RequestCode.GET_ROUTEINFO_BY_TOPIC), int(RequestCode.REGISTER_BROKER), int(RequestCode.BROKER_HEARTBEAT))
 ROUTE_CHANGED = int(RequestCode.ROUTE_CHANGED)
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 def make_run(directory: Path, run_id: str, seed: int, point: dict[str, int], duration: int = 4,
@@ -314,20 +313,13 @@ def test_sweep_report_writes_html_and_every_csv(sweep_report):
 
 
 def test_report_opens_in_headless_chromium_without_errors(sweep_report, tmp_path):
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed (/usr/bin/chromium): apt-get install -y chromium")
+    if not chromium.available():
+        pytest.skip(chromium.SKIP_REASON)
     report, _ = sweep_report
-    command = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
-               "--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}",
-               "--virtual-time-budget=2000", "--dump-dom", report.as_uri()]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    result = chromium.run(report.as_uri(), tmp_path / "profile", "--dump-dom")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "<svg" in result.stdout and "namesrv heartbeat storm report" in result.stdout
-    console_errors = [line for line in result.stderr.splitlines()
-                      if "CONSOLE" in line and ("Uncaught" in line or "Error" in line)]
-    assert console_errors == []
-    shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+    assert chromium.console_errors(result) == []
 
 
 # ---------------------------------------------------------------- server-side latency

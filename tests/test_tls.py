@@ -23,8 +23,9 @@ from namesrv.client import NamesrvClient, RemotingConnectError, client_tls_conte
 from namesrv.config import NamesrvConfig
 from namesrv.protocol import RemotingCommand
 from namesrv.protocol.codes import RequestCode, ResponseCode
+from namesrv.remoting.endpoints import TLS_HANDSHAKE_BYTES
 from namesrv.remoting.tls import TlsConfigError, TlsServer, TlsSession, TlsSettings, server_context
-from test_operator_http import RMQ, free_broker_port, java_reference_skip_reason, scrape
+from test_operator_http import RMQ, closed_by_server, free_broker_port, java_reference_skip_reason, scrape
 
 
 # ---- certificates
@@ -213,6 +214,32 @@ def test_a_stalled_handshake_is_closed_after_the_timeout(namesrv_factory) -> Non
         assert closed(stalled)
         assert 0.9 < time.monotonic() - started < 4
     assert scrape(server)['namesrv_tls_handshakes_total{result="timed_out"}'] == 1
+
+
+def test_stalled_handshakes_count_in_the_budget_and_the_oldest_are_closed_past_it(namesrv_factory) -> None:
+    server = namesrv_factory(maxInFlightRequestBytes=16 << 20, maxFrameLength=1 << 20)
+    room = (16 << 20) // TLS_HANDSHAKE_BYTES  # stalled handshakes the budget holds
+    stalled = []
+    try:
+        for _ in range(room + 40):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            sock.sendall(b"\x16\x03\x01\x02\x00")  # a ClientHello record header, then nothing
+            stalled.append(sock)
+        time.sleep(0.5)
+        counted = scrape(server)['namesrv_in_flight_bytes{kind="incomplete"}']
+        assert room * TLS_HANDSHAKE_BYTES * 0.9 < counted <= 16 << 20
+        with tls_socket(server.address) as secure:  # a whole request still gets in, and is answered
+            assert call(secure, RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
+        assert all(closed(sock) for sock in stalled[:40])  # the oldest made room
+        assert not any(closed_by_server(sock, 0.01) for sock in stalled[-10:])
+    finally:
+        for sock in stalled:
+            sock.close()
+    assert scrape(server)["namesrv_in_flight_connections_closed_total"] >= 40
+    deadline = time.monotonic() + 5
+    while scrape(server)['namesrv_in_flight_bytes{kind="incomplete"}'] >= TLS_HANDSHAKE_BYTES:
+        assert time.monotonic() < deadline, "the closed handshakes are still counted"
+        time.sleep(0.1)
 
 
 def test_configured_certificates_client_authentication_and_reload_end_to_end(namesrv_factory, tmp_path) -> None:

@@ -17,8 +17,8 @@ from namesrv.config import NamesrvConfig
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import (DataVersion, RegisterBrokerBody, RequestCode, ResponseCode, TopicConfig,
                               TopicConfigSerializeWrapper, TopicRouteData)
-from namesrv.routeinfo import RouteInfoManager
-from namesrv.routeinfo.persist import FORMAT, MAGIC, RouteSnapshots, decode, encode, snapshot_path
+from namesrv.routeinfo import Registrant, RouteInfoManager
+from namesrv.routeinfo.persist import FORMAT, MAGIC, RouteSnapshots, decode, encode, export_routes, restore_routes, snapshot_path
 from test_operator_http import RMQ, free_broker_port, get, java_reference_skip_reason, scrape
 
 NOW = 1_700_000_000_000
@@ -34,10 +34,7 @@ def fill(routes: RouteInfoManager, brokers: int = 3, topics: int = 20) -> None:
         for broker_id in (0, 1):
             table = {f"T{t}": TopicConfig(f"T{t}", 4 + b, 4, perm=6 if t % 2 else 4) for t in range(b, topics)}
             wrapper = TopicConfigSerializeWrapper(table, DataVersion(b + 1, NOW, 0))
-            routes.register_broker(cluster_name=f"C{b % 2}", broker_addr=f"127.0.0.1:{10911 + 10 * b + broker_id}",
-                                   broker_name=f"broker-{b}", broker_id=broker_id, ha_server_addr=f"127.0.0.1:{b}",
-                                   wrapper=wrapper, filter_server_list=[f"127.0.0.1:{20000 + b}"] if b else [],
-                                   channel=None)
+            routes.register(Registrant(f"C{b % 2}", f"127.0.0.1:{10911 + 10 * b + broker_id}", f"broker-{b}", broker_id, f"127.0.0.1:{b}"), wrapper, [f"127.0.0.1:{20000 + b}"] if b else [], None)
 
 
 def routes_of(routes: RouteInfoManager) -> dict[str, TopicRouteData | None]:
@@ -47,9 +44,8 @@ def routes_of(routes: RouteInfoManager) -> dict[str, TopicRouteData | None]:
 def test_the_snapshot_packed_topic_by_topic_is_the_document_packed_at_once(tmp_path) -> None:
     _, routes = manager(tmp_path)
     fill(routes)
-    exported = routes.export_routes()
-    rows = [[topic, [[q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag] for q in entries]]
-            for topic, entries in exported["queues"]]
+    exported = export_routes(routes)
+    rows = [[topic, [[group, *entry] for group, entry in entries]] for topic, entries in exported["queues"]]
     whole = msgpack.packb({"format": FORMAT, "takenAtMs": NOW, "routes": {**exported, "queues": rows}})
     assert b"".join(encode(exported, NOW)) == MAGIC + zlib.crc32(whole).to_bytes(4, "big") + whole
 
@@ -57,9 +53,9 @@ def test_the_snapshot_packed_topic_by_topic_is_the_document_packed_at_once(tmp_p
 def test_a_snapshot_restores_every_route_and_each_broker_as_just_registered(tmp_path) -> None:
     config, before = manager(tmp_path)
     fill(before)
-    taken = b"".join(encode(before.export_routes(), NOW))
+    taken = b"".join(encode(export_routes(before), NOW))
     _, after = manager(tmp_path, clock=lambda: NOW + 60_000)
-    sizes = after.restore_routes(decode(taken)[1], NOW + 50_000)
+    sizes = restore_routes(after, decode(taken)[1], NOW + 50_000)
     assert sizes == before.sizes() == {"brokers": 6, "clusters": 2, "brokerGroups": 3, "topics": 20, "queueDatas": 57}
     assert routes_of(after) == routes_of(before) and routes_of(after)["T5"] is not None
     assert after.cluster_info() == before.cluster_info()
@@ -135,6 +131,83 @@ def test_a_snapshot_past_the_route_table_bounds_is_refused_whole(tmp_path) -> No
     assert snapshot_path(NamesrvConfig(route_snapshot_path=str(tmp_path / "x"))) == tmp_path / "x"
 
 
+def blob(routes: dict) -> bytes:
+    payload = msgpack.packb({"format": FORMAT, "takenAtMs": NOW, "routes": routes})
+    return MAGIC + zlib.crc32(payload).to_bytes(4, "big") + payload
+
+
+def spoiled(routes: dict, table: str, index: object, position: int | None, value: object) -> dict:
+    """A copy of decoded tables with one value replaced: `routes[table][index][position] = value`
+    (position None: the whole entry)."""
+    copy = msgpack.unpackb(msgpack.packb(routes), strict_map_key=False)
+    if position is None:
+        copy[table][index] = value
+    else:
+        copy[table][index][position] = value
+    return copy
+
+
+#: (what, table, index, position, value): values the wire refuses, or of the wrong type.
+SPOILED = [
+    ("writeQueueNums past maxQueueNumsPerTopic", "queues", 0, 1, [["broker-0", 4, 2 ** 31 - 1, 6, 0]]),
+    ("readQueueNums not an int", "queues", 0, 1, [["broker-0", "x", 4, 6, 0]]),
+    ("perm null", "queues", 0, 1, [["broker-0", 4, 4, None, 0]]),
+    ("perm past PermName's bits", "queues", 0, 1, [["broker-0", 4, 4, 16, 0]]),
+    ("topicSysFlag past 32 bits", "queues", 0, 1, [["broker-0", 4, 4, 6, 2 ** 40]]),
+    ("a queue of no group", "queues", 0, 1, [["nobody", 4, 4, 6, 0]]),
+    ("an illegal topic name", "queues", 0, 0, "bad topic!"),
+    ("a broker name with a control character", "groups", 0, 1, "broker\n0"),
+    ("an address of 300 characters", "live", 0, 1, "1" * 300),
+    ("a broker id as text", "groups", 0, 2, [["0", "127.0.0.1:10911"]]),
+    ("enableActingMaster an int", "groups", 0, 3, 1),
+    ("a DataVersion counter past a long", "live", 0, 4, {"counter": 2 ** 63, "timestamp": 1, "stateVersion": 0}),
+    ("a live entry of four fields", "live", 0, None, ["C0", "127.0.0.1:10911", None, None]),
+    ("a filter server not text", "filters", 0, 2, [5]),
+]
+
+
+@pytest.mark.parametrize("what, table, index, position, value", SPOILED, ids=[case[0] for case in SPOILED])
+def test_a_snapshot_with_a_value_no_registration_could_bring_is_set_aside_and_the_server_starts_empty(
+        tmp_path, caplog, what, table, index, position, value) -> None:
+    config, routes = manager(tmp_path)
+    fill(routes)
+    good = decode(b"".join(encode(export_routes(routes), NOW)))[1]
+    path = snapshot_path(config)
+    path.write_bytes(blob(good))
+    _, fresh = manager(tmp_path)
+    assert RouteSnapshots(config, fresh).restore(now=NOW), "the unspoiled tables are restored"
+    path.write_bytes(blob(spoiled(good, table, index, position, value)))
+    _, fresh = manager(tmp_path)
+    caplog.clear()
+    assert not RouteSnapshots(config, fresh).restore(now=NOW), what
+    assert fresh.sizes() == {"brokers": 0, "clusters": 0, "brokerGroups": 0, "topics": 0, "queueDatas": 0}
+    (line,) = [record.getMessage() for record in caplog.records if "refused" in record.getMessage()]
+    assert "\n" not in line and "set aside as" in line and "starting with no routes" in line, line
+    assert not path.exists() and path.with_name("routes.snapshot.refused").exists()
+
+
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_static_topic_mappings_restore_only_as_json_a_registration_could_bring(tmp_path) -> None:
+    config, routes = manager(tmp_path)
+    fill(routes)
+    good = decode(b"".join(encode(export_routes(routes), NOW)))[1]
+    good["mappings"] = {"T1": {"broker-0": {"bname": "broker-0", "epoch": 1, "hosted": [{"a": [1.5, None, True]}]}}}
+    path = snapshot_path(config)
+    for mappings, restored in ((good["mappings"], True),
+                               ({"T1": {"broker-0": {"bname": b"bytes"}}}, False),
+                               ({"T1": {"broker-0": {"deep": nested(20)}}}, False),
+                               ({"T1": {"broker-0": "not a mapping"}}, False)):
+        path.write_bytes(blob({**good, "mappings": mappings}))
+        _, fresh = manager(tmp_path)
+        assert RouteSnapshots(config, fresh).restore(now=NOW) is restored, mappings
+
+
 # ---- a real server
 
 
@@ -199,7 +272,7 @@ def test_a_killed_server_restores_the_routes_of_its_last_periodic_save(restartab
     first.kill()  # no shutdown: what is on disk is the last periodic save
     second = restartable()
     assert route_code(raw_connect(second.address), "Warm2") == ResponseCode.SUCCESS
-    assert not (first.workdir / "routes.snapshot.tmp").exists()
+    assert not list(first.workdir.glob(".routes.snapshot.*.tmp"))  # the last save was whole
 
 
 def test_with_warm_restart_off_a_restart_answers_topic_not_exist(restartable, raw_connect) -> None:
@@ -274,8 +347,8 @@ def test_worker_processes_restore_the_same_tables_and_worker_0_saves_them(restar
     codes = {route_code(raw_connect(second.address)) for _ in range(12)}
     assert codes == {ResponseCode.SUCCESS}
     assert second.log_text().count("restored the routes") == 2
-    assert len(list(second.workdir.glob("routes.snapshot.boot-*"))) == 1  # what the workers restored
+    assert len(list(second.workdir.glob(".routes.snapshot.boot-*"))) == 1  # what the workers restored
     second.stop()
-    assert not list(second.workdir.glob("routes.snapshot.boot-*"))  # the supervisor's copy is gone
+    assert not list(second.workdir.glob(".routes.snapshot.boot-*"))  # the supervisor's copy is gone
     third = restartable(serverWorkerProcesses=2)  # worker 0 saved at shutdown: still there
     assert route_code(raw_connect(third.address), "Warm2") == ResponseCode.SUCCESS

@@ -247,6 +247,9 @@ def test_a_killed_worker_is_restarted_with_its_siblings_routes(workers, raw_conn
     workers.wait_for_log(r"copied the tables of worker \d \(1 brokers, 2 topics, 0 KV namespaces")
     conn = one_per_worker(workers, raw_connect, {restarted})[restarted]
     assert brokers(conn) == ["broker-a"]
+    def history(on) -> list:  # the route history came with the tables
+        return json.loads(on.call(on.request(RequestCode.EXPLAIN_ROUTE, {"topic": "TopicA"})).body)["events"]
+    assert history(conn) == history(a) and [event["kind"] for event in history(conn)] == ["registered"]
     a.close()  # the broker's connection, held by the surviving worker: the restarted one hears the close
     wait_until(lambda: brokers(conn) == [], VISIBLE_SECONDS, "broker-a gone on the restarted worker")
 
@@ -374,6 +377,7 @@ def test_a_table_copy_carries_routes_kv_and_config_with_connections_stood_in_for
     assert channels == {(CLUSTER, "10.0.0.1:10911"): SiblingChannel.stand_in(1, 5, local),
                         (CLUSTER, "10.0.0.2:10911"): remote}
     assert copy_routes.topic_route_body("TopicA", True) == routes.topic_route_body("TopicA", True)
+    assert copy_routes.route_events.encode() == routes.route_events.encode()  # the route history too
     copy_routes.on_channel_destroy(SiblingChannel.stand_in(1, 5, local))  # the source's close, replicated
     assert sorted(copy_routes.snapshot().broker_addr_table) == ["broker-b"]
 

@@ -359,7 +359,7 @@ def keep_alive(server, conns: list, raw_connect, via, n: Names, example: Livenes
         time.sleep(BEAT_SECONDS)
 
 
-@pytest.mark.parametrize("code", sorted(ADMIN_CODES))
+@pytest.mark.parametrize("code", sorted(ADMIN_CODES & WRITE_CODES))  # EXPLAIN_ROUTE, a read: tests/test_route_history.py
 def test_an_admin_write_without_the_token_is_refused_on_every_worker(conns, code: int) -> None:
     """Refused alike everywhere: a later write through the same worker is applied after it in the log,
     so once that one shows on every worker, the refused one changed nothing anywhere."""

@@ -26,8 +26,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.fastpath import body_crc32
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import RequestProcessor
-from namesrv.processor.broker_handlers import REFRESH, REGISTER
-from namesrv.processor.context import RETRY
+from namesrv.processor.context import RETRY, Hints
 from namesrv.processor.requests import WRITE_CODES
 from namesrv.protocol import (DataVersion, QueueData, RegisterBrokerBody, RemotingCommand, RequestCode, ResponseCode,
                               TopicConfig, TopicConfigSerializeWrapper, TopicRouteData)
@@ -76,14 +75,15 @@ class Example:
 
 EXAMPLES: dict[int, list[Example]] = {
     RequestCode.REGISTER_BROKER: [
-        Example((), registration(), lambda change: change[0] == REGISTER),
-        Example((registration(),), registration(), lambda change: change[0] == REFRESH),
+        Example((), registration(), lambda change: change.table is not None),
+        Example((registration(),), registration(), lambda change: change.table is None),
         # A new DataVersion changing one topic: the unchanged entries are left out (and must be found
         # equal, by value, in a twin that got its entries through msgpack).
         Example((registration(),), registration(data=body(counter=2, read_only=3)),
-                lambda change: change[0] == REGISTER and change[7] == 19),
+                lambda change: change.table is not None and change.table.omitted == 19),
         Example((registration(),), registration(SLAVE)),
-        Example((), registration(data=body(topics=1)), lambda change: change[3] and change[7] == 0),
+        Example((), registration(data=body(topics=1)),
+                lambda change: change.table.topics and change.table.omitted == 0),
         Example((), request(RequestCode.REGISTER_BROKER, {**MASTER})),  # no body at all
     ],
     RequestCode.UNREGISTER_BROKER: [
@@ -195,7 +195,7 @@ def test_a_change_whose_hint_went_stale_applies_nowhere_then_again_without_hints
         twin.run(registration())
     write = registration() if stale == "refresh" else registration(data=body(counter=2, read_only=3))
     change = origin.processor.prepare(write, BROKER)
-    assert change[0] == (REFRESH if stale == "refresh" else REGISTER) and (stale == "refresh" or change[7])
+    assert (change.table is None) == (stale == "refresh") and (stale == "refresh" or change.table.omitted)
     deletion = request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T4"})
     for twin in (origin, sibling):
         twin.run(deletion, channel=ADMIN)
@@ -205,8 +205,8 @@ def test_a_change_whose_hint_went_stale_applies_nowhere_then_again_without_hints
     assert sibling.processor.apply(RequestCode.REGISTER_BROKER, shipped, BROKER) is RETRY
     assert origin.state() == sibling.state() == before
 
-    full = origin.processor.prepare(write, BROKER, hints=False)
-    assert full[0] == REGISTER and full[7] == 0
+    full = origin.processor.prepare(write, BROKER, Hints.NONE)
+    assert full.table is not None and full.table.omitted == 0
     outcomes = [origin.processor.apply(RequestCode.REGISTER_BROKER, full, BROKER),
                 sibling.processor.apply(RequestCode.REGISTER_BROKER,
                                         unpack_write(pack_write(RequestCode.REGISTER_BROKER, full))[1], BROKER)]

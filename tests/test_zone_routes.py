@@ -17,6 +17,7 @@ from namesrv.protocol import (DataVersion, RegisterBrokerBody, RemotingCommand, 
 from namesrv.protocol.codes import Version
 from namesrv.protocol.msgpack_codec import decode_msgpack, encode_msgpack
 from namesrv.protocol.route import BrokerData, QueueData, TopicRouteData
+from namesrv.routeinfo import Registrant
 from namesrv.routeinfo.zones import ZONE_MODE, ZONE_NAME, requested_zone, zone_key, zone_route
 
 CLIENT = Channel("tcp", b"client-1", "10.0.0.100:50000")
@@ -122,10 +123,7 @@ class Server(InlineServer):
 
     def register(self, name: str, addr: str, broker_id: int, zone: str | None, acting: bool = False) -> None:
         wrapper = TopicConfigSerializeWrapper({t: TopicConfig(t, 4, 4) for t in ("T1", "T2")}, DataVersion(1, 1))
-        result = self.routes.register_broker(cluster_name="c1", broker_addr=addr, broker_name=name,
-                                             broker_id=broker_id, ha_server_addr=None, wrapper=wrapper,
-                                             filter_server_list=[], channel=Channel("tcp", name.encode(), addr),
-                                             zone_name=zone, enable_acting_master=acting)
+        result = self.routes.register(Registrant("c1", addr, name, broker_id, None, None, acting, zone), wrapper, [], Channel("tcp", name.encode(), addr))
         assert result is not None
 
     def query(self, ext: dict[str, str] | None = None, *, topic: str = "T1", version: int = Version.V5_3_3,
@@ -248,7 +246,7 @@ def test_a_zone_mode_subscription_is_answered_and_pushed_its_zone(server):
     other = Channel("tcp", b"client-2", "10.0.0.101:50000")
     server.processor.subscriptions.subscribe(other, ["T1"], everything=False, standard=True)
     pushed = server.processor.subscriptions.publish({"T1"}, route_body, lambda topic: True,
-                                                    lambda channel, command: command.encode(), lambda channel: False)
+                                                    lambda channel, command: command.encode())
     assert sorted(asked, key=str) == [None, "zone1"] and len(pushed) == 2
     bodies = {channel: orjson.loads(RemotingCommand.decode(frame[4:]).body)["changes"][0]["route"]
               for channel, frame in pushed}
@@ -262,7 +260,7 @@ def test_subscribers_of_different_zones_do_not_share_frames():
     subs.subscribe(one, ["T"], everything=False, standard=True, zone="zone1")
     subs.subscribe(two, ["T"], everything=False, standard=True, zone="zone2")
     pushed = dict(subs.publish({"T"}, lambda topic, standard, zone: zone.encode(), lambda topic: True,
-                               lambda channel, command: command.body, lambda channel: False))
+                               lambda channel, command: command.body))
     assert b'"route":zone1' in pushed[one] and b'"route":zone2' in pushed[two]
 
 

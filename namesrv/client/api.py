@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from namesrv import fastpath
 from namesrv.client.errors import InvalidRouteError, MQResponseError
@@ -135,6 +138,12 @@ class NamesrvApi:
         if not response.body:
             raise MQResponseError(ResponseCode.TOPIC_NOT_EXIST, f"empty route body for topic {topic}", address)
         return checked_route(topic, TopicRouteData.decode(response.body), address)
+
+    async def explain_route(self, address: str, topic: str, timeout: float | None = None) -> dict[str, Any]:
+        """Why the topic has no route on that NameServer, or the route it has (namesrv's EXPLAIN_ROUTE;
+        namesrv.routeinfo.explain says what the answer holds)."""
+        response = await self.call(address, RequestCode.EXPLAIN_ROUTE, {"topic": topic}, timeout=timeout)
+        return orjson.loads(response.body or b"{}")
 
     async def get_broker_cluster_info(self, address: str) -> ClusterInfo:
         response = await self.call(address, RequestCode.GET_BROKER_CLUSTER_INFO)

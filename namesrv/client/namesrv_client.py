@@ -215,6 +215,15 @@ class AsyncNamesrvClient:
     async def delete_topic(self, topic: str, cluster: str | None = None) -> list[ServerResult[None]]:
         return await self._on_all(lambda address: self.remoting.delete_topic_in_namesrv(address, topic, cluster))
 
+    async def explain_route(self, topic: str, timeout: float | None = None) -> list[ServerResult[dict[str, Any]]]:
+        """Each NameServer's explanation of the topic's route (namesrv only: RocketMQ's NameServers do
+        not know EXPLAIN_ROUTE; 4.9.x never answers it, hence `timeout`)."""
+        return await self._on_all(lambda address: self.remoting.explain_route(address, topic, timeout))
+
+    async def topic_routes(self, topic: str) -> list[ServerResult[TopicRouteData]]:
+        """The topic's route on each NameServer (MQResponseError 17 where it has none)."""
+        return await self._on_all(lambda address: self.remoting.get_route_info_by_topic(address, topic))
+
     async def update_namesrv_config(self, properties: Mapping[str, str]) -> list[ServerResult[None]]:
         return await self._on_all(lambda address: self.remoting.update_namesrv_config(address, properties))
 

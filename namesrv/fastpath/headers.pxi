@@ -215,6 +215,48 @@ def json_opaque_key(header):
 
 
 
+cdef bytes _BODY_CRC = b'"bodyCrc32":"'
+
+
+def body_crc_key(key):
+    """See `namesrv.fastpath.headers.body_crc_key`."""
+    cdef Py_buffer view
+    cdef const unsigned char *p
+    cdef const unsigned char *found
+    cdef const unsigned char *quote
+    cdef Py_ssize_t size, start, digits, i
+    cdef uint64_t value = 0
+    cdef bytes out
+    PyObject_GetBuffer(key, &view, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char *>view.buf
+        size = view.len
+        found = <const unsigned char *>memmem(p, size, PyBytes_AS_STRING(_BODY_CRC), len(_BODY_CRC))
+        if found == NULL:
+            return None
+        start = (found - p) + len(_BODY_CRC)
+        if memmem(p + start, size - start, PyBytes_AS_STRING(_BODY_CRC), len(_BODY_CRC)) != NULL:
+            return None
+        quote = <const unsigned char *>memchr(p + start, 0x22, size - start)
+        if quote == NULL:
+            return None
+        digits = (quote - p) - start
+        if digits == 0 or digits > 10 or (p[start] == 0x30 and digits > 1):
+            return None
+        for i in range(start, start + digits):
+            if p[i] < 0x30 or p[i] > 0x39:
+                return None
+            value = value * 10 + (p[i] - 0x30)
+        if value > 2147483647:
+            return None
+        out = PyBytes_FromStringAndSize(NULL, size - digits)
+        memcpy(PyBytes_AS_STRING(out), p, start)
+        memcpy(PyBytes_AS_STRING(out) + start, p + start + digits, size - start - digits)
+        return out, <long long>value
+    finally:
+        PyBuffer_Release(&view)
+
+
 def json_opaque_keys(list frames not None):
     """See `namesrv.fastpath.headers.json_opaque_keys`."""
     cdef list keys = [], opaques = []

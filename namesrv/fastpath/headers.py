@@ -145,6 +145,24 @@ def json_opaque_key(header: bytes) -> tuple[bytes, int | None] | None:
     return head + found + comma + tail, _canonical_int32(digits)
 
 
+_BODY_CRC = b'"bodyCrc32":"'
+
+
+def body_crc_key(key: bytes) -> tuple[bytes, int] | None:
+    """(`key` without its bodyCrc32 value, that value) when `key` (a JSON header's, as
+    `json_opaque_key` gives it) holds one `"bodyCrc32":"` followed by a non-negative int32 written
+    as Java writes it and a closing quote; else None. Two registration headers with the same key
+    differ in their opaque and bodyCrc32 only (namesrv.processor.inline rebinds the latter)."""
+    head, found, rest = key.partition(_BODY_CRC)
+    if not found or _BODY_CRC in rest:
+        return None
+    digits, quote, tail = rest.partition(b'"')
+    if not quote or not digits.isdigit() or len(digits) > 10 or (digits[0] == 48 and len(digits) > 1):
+        return None
+    value = int(digits)
+    return (head + found + quote + tail, value) if value <= _INT32_MAX else None
+
+
 def json_opaque_keys(frames: list[bytes]) -> tuple[list[bytes | None], list[int]]:
     """(keys, opaques) of a received chunk's frames (as `split_frames` yields them), one each:
     `json_opaque_key`'s key and int32 opaque for a frame with a JSON header that has both, else

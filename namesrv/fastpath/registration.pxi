@@ -134,71 +134,6 @@ cdef extern from *:
 cdef extern from *:
     """
     #include <stdint.h>
-    #include <string.h>
-    /* XXH64 (seed 0) of p[0:n], 0 read as 1 (0 marks an empty slot of a set). Not cryptographic:
-       it tells a topic entry from the broker's own previous entries, where only an accident can
-       collide (and a broker can only ever mislead itself). XXH64, not a hash of our own, so the
-       pure twin gets the same digest from the xxhash package at C speed. */
-    #define NAMESRV_P1 0x9E3779B185EBCA87ULL
-    #define NAMESRV_P2 0xC2B2AE3D27D4EB4FULL
-    #define NAMESRV_P3 0x165667B19E3779F9ULL
-    #define NAMESRV_P4 0x85EBCA77C2B2AE63ULL
-    #define NAMESRV_P5 0x27D4EB2F165667C5ULL
-    static inline uint64_t namesrv_rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-    static inline uint64_t namesrv_le64(const unsigned char *p) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        w = __builtin_bswap64(w);
-    #endif
-        return w;
-    }
-    static inline uint64_t namesrv_le32(const unsigned char *p) {
-        uint32_t w;
-        memcpy(&w, p, 4);
-    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        w = __builtin_bswap32(w);
-    #endif
-        return w;
-    }
-    static inline uint64_t namesrv_round(uint64_t acc, uint64_t input) {
-        return namesrv_rotl(acc + input * NAMESRV_P2, 31) * NAMESRV_P1;
-    }
-    static inline uint64_t namesrv_merge(uint64_t h, uint64_t v) {
-        return (h ^ namesrv_round(0, v)) * NAMESRV_P1 + NAMESRV_P4;
-    }
-    static inline uint64_t namesrv_digest(const unsigned char *p, Py_ssize_t n) {
-        const unsigned char *end = p + n;
-        uint64_t h;
-        if (n >= 32) {
-            uint64_t a = NAMESRV_P1 + NAMESRV_P2, b = NAMESRV_P2, c = 0, d = 0 - NAMESRV_P1;
-            for (; end - p >= 32; p += 32) {
-                a = namesrv_round(a, namesrv_le64(p));
-                b = namesrv_round(b, namesrv_le64(p + 8));
-                c = namesrv_round(c, namesrv_le64(p + 16));
-                d = namesrv_round(d, namesrv_le64(p + 24));
-            }
-            h = namesrv_rotl(a, 1) + namesrv_rotl(b, 7) + namesrv_rotl(c, 12) + namesrv_rotl(d, 18);
-            h = namesrv_merge(namesrv_merge(namesrv_merge(namesrv_merge(h, a), b), c), d);
-        } else {
-            h = NAMESRV_P5;
-        }
-        h += (uint64_t)n;
-        for (; end - p >= 8; p += 8)
-            h = namesrv_rotl(h ^ namesrv_round(0, namesrv_le64(p)), 27) * NAMESRV_P1 + NAMESRV_P4;
-        if (end - p >= 4) {
-            h = namesrv_rotl(h ^ (namesrv_le32(p) * NAMESRV_P1), 23) * NAMESRV_P2 + NAMESRV_P3;
-            p += 4;
-        }
-        for (; p < end; p++)
-            h = namesrv_rotl(h ^ (*p * NAMESRV_P5), 11) * NAMESRV_P1;
-        h ^= h >> 33;
-        h *= NAMESRV_P2;
-        h ^= h >> 29;
-        h *= NAMESRV_P3;
-        h ^= h >> 32;
-        return h ? h : 1;
-    }
     /* A set of 64-bit values (never 0): an open-addressing table of 2**k slots (0: empty), probed
        linearly, at most three quarters full. */
     static inline Py_ssize_t namesrv_set_slots(Py_ssize_t n) {
@@ -217,7 +152,6 @@ cdef extern from *:
         return 1;
     }
     """
-    uint64_t _digest "namesrv_digest" (const unsigned char *p, Py_ssize_t n) nogil
     Py_ssize_t _set_slots "namesrv_set_slots" (Py_ssize_t n) nogil
     bint _set_add "namesrv_set_add" (uint64_t *slots, Py_ssize_t count, uint64_t value) nogil
 

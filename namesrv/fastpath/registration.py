@@ -13,7 +13,7 @@ import struct
 from collections.abc import Callable
 
 import orjson
-from xxhash import xxh64_intdigest
+from xxhash import xxh3_64_intdigest
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -57,10 +57,10 @@ def queue_fields(table: dict, fallback: Callable[[object, str], tuple]) -> dict[
 
 
 def entry_digest(data: bytes | bytearray | memoryview) -> int:
-    """XXH64 (seed 0) of `data`, 0 read as 1 (the twin's sets mark empty slots with 0): what tells a
-    topic entry from the broker's own previous one. Not cryptographic: only an accident can
-    collide, and a broker can only ever mislead itself."""
-    return xxh64_intdigest(data) or 1
+    """XXH3 (64 bits, seed 0) of `data`, 0 read as 1 (the twin's sets mark empty slots with 0): what
+    tells a topic entry from the broker's own previous one. Not cryptographic: only an accident
+    can collide, and a broker can only ever mislead itself."""
+    return xxh3_64_intdigest(data) or 1
 
 
 #: One remembered topic entry, as the twin's `_Entry` struct lays it out (native order): the digest
@@ -256,4 +256,5 @@ def count_entries(data: bytes | bytearray | memoryview, table_path: tuple[str, .
 def count_containers(data: bytes | bytearray) -> int:
     """How many `[` and `{` bytes `data` holds (inside strings too): an upper bound of the JSON
     arrays and objects parsing it builds (namesrv.protocol.jsonbody.check_parse_cost)."""
+    data = bytes(data)  # a memoryview has no count()
     return data.count(b"[") + data.count(b"{")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from namesrv.channel import Channel
 from namesrv.config import ConfigError, NamesrvConfig, parse_properties, update_properties
-from namesrv.kvconfig import write_atomically
-from namesrv.processor.context import Change, HandlerContext, Refusal, WriteHandler
+from namesrv.files import write_atomically
+from namesrv.processor.context import Change, HandlerContext, Hints, Refusal, WriteHandler
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 
@@ -30,7 +30,7 @@ def get_namesrv_config(ctx: HandlerContext, request: RemotingCommand, channel: C
 
 
 def _prepare_config_update(ctx: HandlerContext, request: RemotingCommand, channel: Channel,
-                           hints: bool) -> Change | RemotingCommand:
+                           hints: Hints) -> Change | RemotingCommand:
     """Every key checked against the black list and the allowlist before anything is applied."""
     if request.body is None:
         return request.make_response(ResponseCode.SUCCESS)

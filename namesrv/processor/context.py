@@ -1,6 +1,7 @@
 """What every request handler works with, and the shape of a write handler."""
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +35,10 @@ class HandlerContext:
 
     def __post_init__(self) -> None:
         if self.subscriptions is None:
-            self.subscriptions = RouteSubscriptions(self.config.max_route_subscription_topics)
+            config = self.config
+            self.subscriptions = RouteSubscriptions(config.max_route_subscription_topics,
+                                                    config.max_route_subscription_topics_per_connection,
+                                                    config.max_route_subscription_topics_per_host)
 
     def waiting_for_service(self) -> bool:
         """Inside the needWaitForService window: route queries are refused ("name server not ready").
@@ -60,6 +64,19 @@ class Refusal(NamedTuple):
     remark: str | None
 
 
+class Hints(enum.IntEnum):
+    """What a write's `prepare` may lean on (false for NONE, so a handler that only asks "may I use
+    hints?" reads it as a bool)."""
+
+    #: Prepare from the request alone (again, after `apply` found a hint broken: RETRY).
+    NONE = 0
+    #: Read the route table to leave work out (a re-registration's unchanged body or topic entries).
+    TABLE = 1
+    #: As TABLE, on the reactor thread: whatever is expensive is an executor's, and `prepare`
+    #: answers EXECUTOR for it (a registration body to decode past inlineRegistrationMaxBodyBytes).
+    INLINE = 2
+
+
 class _Retry:
     """`apply`'s outcome when the change was prepared against hints from the route table that no
     longer hold where it lands: nothing was changed, the request must be prepared again without them."""
@@ -73,6 +90,19 @@ class _Retry:
 RETRY = _Retry()
 
 
+class _Executor:
+    """`prepare`'s answer on the reactor thread (`Hints.INLINE`) to a request that is an executor's
+    work: nothing was changed, an executor processes it whole."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EXECUTOR"
+
+
+EXECUTOR = _Executor()
+
+
 def answer_success(ctx: HandlerContext, request: RemotingCommand, outcome: object) -> RemotingCommand:
     """The answer of most writes."""
     return request.make_response(ResponseCode.SUCCESS)
@@ -84,31 +114,35 @@ class WriteHandler:
 
     `prepare(ctx, request, channel, hints)` reads and checks the request and changes nothing: the
     worker that received it runs it once. It returns the `Change`, or a response when there is
-    nothing to apply (bad input, a refusal). With `hints`, it may read the route table to leave work
-    out (a re-registration's unchanged body, its unchanged topic entries); `apply` then checks the
-    hint and answers `RETRY` if it no longer holds. `apply(ctx, change, channel)` changes state and
+    nothing to apply (bad input, a refusal), or (only with `Hints.INLINE`) EXECUTOR when the
+    request is not for the reactor. With `hints`, it may read the route table to leave work out (a
+    re-registration's unchanged body, its unchanged topic entries); `apply` then checks the hint
+    and answers `RETRY` if it no longer holds. `apply(ctx, change, channel)` changes state and
     returns an outcome: every worker runs it, in the write log's order, without the request. A
     `Refusal` outcome changes nothing and answers with its code. `answer(ctx, request, outcome)`
     makes the response to any other outcome (only where the request was received). One process
     simply runs the three in a row (`__call__`).
     """
 
-    prepare: Callable[[HandlerContext, RemotingCommand, Channel, bool], Change | RemotingCommand]
+    prepare: Callable[[HandlerContext, RemotingCommand, Channel, Hints], Change | RemotingCommand]
     apply: Callable[[HandlerContext, Change, Channel], object]
     answer: Callable[[HandlerContext, RemotingCommand, object], RemotingCommand] = answer_success
 
     def __call__(self, ctx: HandlerContext, request: RemotingCommand, channel: Channel,
-                 retry: bool = True) -> RemotingCommand | None:
-        """The three steps in a row. `retry=False`: when the hinted change does not apply, None
-        instead of preparing the request again without hints (the reactor leaves that to an executor)."""
-        change = self.prepare(ctx, request, channel, True)
+                 inline: bool = False) -> RemotingCommand | None:
+        """The three steps in a row. `inline` (the reactor's thread): None for what is an
+        executor's work, the expensive requests and a hinted change that does not apply (which an
+        executor prepares again without hints)."""
+        change = self.prepare(ctx, request, channel, Hints.INLINE if inline else Hints.TABLE)
+        if change is EXECUTOR:
+            return None
         if type(change) is RemotingCommand:
             return change
         outcome = self.apply(ctx, change, channel)
         if outcome is RETRY:
-            if not retry:
+            if inline:
                 return None
-            change = self.prepare(ctx, request, channel, False)
+            change = self.prepare(ctx, request, channel, Hints.NONE)
             if type(change) is RemotingCommand:
                 return change
             outcome = self.apply(ctx, change, channel)

@@ -8,7 +8,7 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import route_handlers
-from namesrv.processor.context import Change, Handler, HandlerContext, Refusal
+from namesrv.processor.context import Change, HandlerContext, Hints, Refusal
 from namesrv.processor.header import BadRequest
 from namesrv.processor.inline import InlineAnswers
 from namesrv.processor.requests import BY_CODE, RequestSpec
@@ -17,6 +17,7 @@ from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
 from namesrv.routeinfo import RouteInfoManager, now_ms
+from namesrv.routeinfo.history import RouteHistory
 from namesrv.security import AdminGuard
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,8 @@ log = logging.getLogger(__name__)
 def file_error(exc: OSError) -> str:
     """A file the server could not write (its folder gone, a full disk: not a bug), in one line, with
     no traceback: startup checked the paths (namesrv.state_files), so this is what changed since."""
-    return f"cannot write{f' {exc.filename}' if exc.filename else ''}: {exc.strerror or exc}"
+    target = exc.filename2 or exc.filename  # a rename's target, not the temporary file it moves
+    return f"cannot write{f' {target}' if target else ''}: {exc.strerror or exc}"
 
 
 class RequestProcessor:
@@ -43,6 +45,8 @@ class RequestProcessor:
         inline answers never apply a registration (a worker process applies writes in log order)."""
         self._ctx = HandlerContext(config, routes, kv if persist else kv.memory_only(), clock, clock(),
                                    persist=persist)
+        if routes.route_events is None and config.route_history_max_bytes:
+            routes.watch_routes(RouteHistory.from_config(config))  # what EXPLAIN_ROUTE answers from
         # Read once: the security keys are locked, no request can change them.
         self._admin_guard = AdminGuard.from_settings(config.admin_allowed_networks, config.admin_token)
         #: Requests answered from raw frames (the reactor's shortcut past `process`).
@@ -65,26 +69,23 @@ class RequestProcessor:
         """The route tables were restored (a warm restart): route queries need not wait for brokers."""
         self._ctx.routes_restored = True
 
-    def process(self, request: RemotingCommand, channel: Channel, retry: bool = True) -> RemotingCommand | None:
-        """The response to `request` (also for oneway requests: the server drops it). `retry=False`:
-        None, nothing changed, for a write whose hinted change does not apply (`WriteHandler`)."""
+    def process(self, request: RemotingCommand, channel: Channel, inline: bool = False) -> RemotingCommand | None:
+        """The response to `request` (also for oneway requests: the server drops it). `inline`: the
+        reactor's thread asks, for a code its request-table row lets it answer; None, nothing
+        changed, when the work is an executor's (`WriteHandler`)."""
         spec = BY_CODE.get(request.code)
         if spec is None:
             log.warning("request code %s from %s not supported", request.code, channel)
             return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                          f" request type {request.code} not supported")
-        handler = spec.handler
-        if not retry and spec.writes:
-            return self._guarded(spec, request, channel,
-                                 lambda ctx, request, channel: handler(ctx, request, channel, retry=False))
-        return self._guarded(spec, request, channel, handler)
+        return self._guarded(spec, request, channel, inline)
 
-    def prepare(self, request: RemotingCommand, channel: Channel, hints: bool = True) -> Change | RemotingCommand:
+    def prepare(self, request: RemotingCommand, channel: Channel,
+                hints: Hints = Hints.TABLE) -> Change | RemotingCommand:
         """A write's first step where it was received (the admin guard included): its `Change`, or
         the response when there is nothing to apply. `request.code` must be a write code."""
         spec = BY_CODE[request.code]
-        return self._guarded(spec, request, channel,
-                             lambda ctx, request, channel: spec.handler.prepare(ctx, request, channel, hints))
+        return self._guarded(spec, request, channel, hints=hints)
 
     def apply(self, code: int, change: Change, channel: Channel) -> object:
         """A prepared write's change, applied here (in a worker process: in the write log's order).
@@ -103,12 +104,20 @@ class RequestProcessor:
         spec = BY_CODE[request.code]
         return _with_response_header(spec, spec.handler.respond(self._ctx, request, outcome))
 
-    def _guarded(self, spec: RequestSpec, request: RemotingCommand, channel: Channel,
-                 run: Handler) -> RemotingCommand | Change | None:
-        """`run`'s result behind the admin guard, with failures made responses."""
+    def _guarded(self, spec: RequestSpec, request: RemotingCommand, channel: Channel, inline: bool = False,
+                 hints: Hints | None = None) -> RemotingCommand | Change | None:
+        """The handler's result (with `hints`: the write's `prepare` only) behind the admin guard,
+        with failures made responses."""
         try:
             refused = self._refused(request, channel) if spec.admin else None
-            result = refused if refused is not None else run(self._ctx, request, channel)
+            if refused is not None:
+                result = refused
+            elif hints is not None:
+                result = spec.handler.prepare(self._ctx, request, channel, hints)
+            elif inline:
+                result = spec.handler(self._ctx, request, channel, inline=True)
+            else:
+                result = spec.handler(self._ctx, request, channel)
         except (BadRequest, ProtocolError) as exc:
             log.warning("bad request code %s from %s: %s", request.code, channel, exc)
             result = request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
@@ -118,7 +127,9 @@ class RequestProcessor:
         except Exception as exc:  # noqa: BLE001 - a handler failure must become an answer, never a dropped connection
             log.exception("request code %s from %s failed", request.code, channel)
             result = request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        return _with_response_header(spec, result) if type(result) is RemotingCommand else result
+        if spec.response_header and type(result) is RemotingCommand and result.ext_fields is None:
+            result.ext_fields = {}  # Java answers a code with a typed response header with extFields, even on errors
+        return result
 
     def _refused(self, request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
         """NO_PERMISSION for an admin request the guard refuses; None when the request may run."""

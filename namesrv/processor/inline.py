@@ -2,14 +2,15 @@
 
 Two kinds of request dominate a NameServer's traffic and almost always have an answer ready, or
 one quickly made: route queries whose encoded route is cached (`RouteQueryFastPath`) and
-brokers' registrations of small topic tables, unchanged or not (`RegistrationFastPath`). For
-them the hand-off to a worker thread and back, and the header parse, cost more than the answer.
+brokers' writes: registrations of small topic tables, unchanged or not, heartbeats and
+data-version queries (`WriteFastPath`). For them the hand-off to a worker thread and back, and
+the header parse, cost more than the answer.
 `InlineAnswers.answer` reads the header once per peer and request shape (`SeenHeaders`; a repeat
 costs a lookup), then lets the matching fast path answer or step aside (None): everything else,
 and every case those paths do not own, takes the regular path through the executors.
 
 A broker's registration header also differs from its last one whenever its body does: in the
-bodyCrc32 value only. Such a JSON header is not parsed again but rebound (`crc_free`,
+bodyCrc32 value only. Such a JSON header is not parsed again but rebound (`fastpath.body_crc_key`,
 `HeaderReader.shapes`), once parsing has shown that those digits are where its bodyCrc32 is read from.
 """
 from __future__ import annotations
@@ -23,20 +24,19 @@ from namesrv.channel import Channel
 from namesrv.processor.broker_handlers import RegistrationHeader
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.header import BadRequest
-from namesrv.processor.register_fast_path import Process, RegistrationFastPath
+from namesrv.processor.write_fast_path import Process, WriteFastPath
 from namesrv.processor.requests import BY_CODE
 from namesrv.processor.requests import Inline as RequestInline
 from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, route_query_of
 from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, JSON_FIELD, SeenHeaders
-from namesrv.protocol.codes import INT32_MAX, RequestCode, ResponseCode
+from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
 from namesrv.protocol.json_header import decode_json_header
-from namesrv.request_stats import FAST_PATH, RequestTally
+from namesrv.request_stats import FAST_PATH, AnswerSlot, RequestTally
 
-#: The codes the inline paths answer, as plain ints (an IntEnum member costs more to look up and hash).
+#: The route query's codes, as plain ints (an IntEnum member costs more to look up and hash).
 _ROUTE_QUERY = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
-_REGISTRATION = int(RequestCode.REGISTER_BROKER)
 _SUCCESS = int(ResponseCode.SUCCESS)
 #: Bounds of the registration header shapes (brokers x header shapes; emptied when full).
 SHAPES = 4096
@@ -44,46 +44,31 @@ SHAPE_BYTES = 8 * 1024 * 1024
 _CRC_FIELD = b'"bodyCrc32":"'
 
 
-class PreparedRegistration(NamedTuple):
-    """A REGISTER_BROKER header read once: its fields for the route table, and the request minus opaque and body."""
+class PreparedWrite(NamedTuple):
+    """An inline write's header read once: its typed reading (the request-table row's `header`), and
+    the request minus opaque and body (which keeps it as its typed header)."""
 
-    header: RegistrationHeader
+    header: object
     request: RemotingCommand
 
-    def with_(self, opaque: int, body: bytes | None, wire_size: int) -> RemotingCommand:
-        """The request these header bytes and `body` decode to (RemotingCommand.decode of a frame of
-        `wire_size` bytes without the parse), its header read."""
-        r = self.request
-        request = RemotingCommand(r.code, language=r.language, version=r.version, opaque=opaque, flag=r.flag,
-                                  remark=r.remark, ext_fields=r.ext_fields, body=body, serialize_type=r.serialize_type,
-                                  wire_size=wire_size)
-        request.keep_typed_header(self.header)
-        return request
+    @classmethod
+    def of(cls, header: object, request: RemotingCommand) -> PreparedWrite:
+        request.keep_typed_header(header)
+        return cls(header, request)
 
-    def with_crc(self, digits: bytes) -> PreparedRegistration:
-        """The same header with bodyCrc32 `digits` (a non-negative int32 as Java writes it)."""
-        text = digits.decode("ascii")
-        r, h = self.request, self.header
-        request = RemotingCommand(r.code, language=r.language, version=r.version, flag=r.flag, remark=r.remark,
-                                  ext_fields={**r.ext_fields, "bodyCrc32": text}, serialize_type=r.serialize_type)
-        return PreparedRegistration(RegistrationHeader(h.identity, int(text), h.compressed, h.version), request)
-
-
-def crc_free(key: bytes) -> tuple[bytes, bytes] | None:
-    """(`key` without its bodyCrc32 value, that value's digits) when `key` holds one `"bodyCrc32":"`
-    followed by a non-negative int32 written as Java writes it and a closing quote; else None."""
-    head, found, rest = key.partition(_CRC_FIELD)
-    if not found or _CRC_FIELD in rest:
-        return None
-    digits, quote, tail = rest.partition(b'"')
-    if (not quote or not digits.isdigit() or len(digits) > 10 or (digits[0] == 48 and len(digits) > 1)
-            or int(digits) > INT32_MAX):
-        return None
-    return head + found + quote + tail, digits
+    def with_crc(self, crc: int) -> PreparedWrite:
+        """The same header with bodyCrc32 `crc` (a non-negative int32, written as Java writes it)."""
+        ext_fields = dict(self.request.ext_fields)
+        ext_fields["bodyCrc32"] = str(crc)
+        request = self.request.derive(0, None, 0)
+        request.ext_fields = ext_fields
+        header = self.header
+        return PreparedWrite.of(RegistrationHeader(header.registrant, crc, header.compressed, header.version,
+                                                   header.body_form), request)
 
 
 #: What a header asks of the inline paths: a route query, a registration, or None (not theirs).
-Inline = RouteQuery | PreparedRegistration | None
+Inline = RouteQuery | PreparedWrite | None
 
 
 class InlineAnswers:
@@ -95,41 +80,53 @@ class InlineAnswers:
         """`registrations=False`: registrations are only read here, never applied (worker processes
         apply every write in the write log's order, namesrv.writelog)."""
         self.route_queries = RouteQueryFastPath(ctx)
-        self.registrations = RegistrationFastPath(ctx, process) if registrations else None
+        self.writes = WriteFastPath(process) if registrations else None
         self.seen: SeenHeaders[Inline] = SeenHeaders(HeaderReader())
         #: The answers given here (namesrv.request_stats; the controller counts it in the server's totals).
         self.tally = RequestTally()
-        #: Answers given since the last count: route queries, and registrations by response code.
+        #: Answers given since the last count: route queries, and writes by (request code, response code).
         self._routes_answered = 0
-        self._registrations_answered: dict[int, int] = {}
+        self._writes_answered: dict[tuple[int, int], int] = {}
         #: Kept: counting a chunk of cached route answers must cost no more than the clock reading.
         self._route_slot = self.tally.slot(_ROUTE_QUERY, _SUCCESS, FAST_PATH)
+        #: The slots of the writes answered here, by (request code, response code): as kept.
+        self._write_slots: dict[tuple[int, int], AnswerSlot] = {}
 
     def answer_all(self, frames: list[bytes], channel: Channel,
                    arrived: float) -> tuple[list[bytes], list[RemotingCommand]]:
         """The frames of one received chunk, taken off the socket at `arrived` (time.monotonic()):
         (answers, the requests to dispatch, decoded).
 
-        Route queries answered from the cache with JSON headers seen before, most of the traffic,
-        are answered for the whole chunk at once: every frame's key and opaque in one scan, the
-        cached bodies looked up, the answers stamped in one call. The other frames go through
-        `answer` one by one.
+        Every frame's JSON header key and opaque are read in one scan and looked up at once. Route
+        queries answered from the cache, most of the traffic, are answered for the whole chunk in
+        one stamping call; a registration whose header was seen before goes to its path with the
+        header already read; the other frames go through `answer` one by one.
         """
+        keys, opaques = fastpath.json_opaque_keys(frames)
+        known = self.seen.json.table.get
         routes = self.route_queries
         replies: list[bytes] = []
-        if routes.serving():
-            keys, opaques = fastpath.json_opaque_keys(frames)
-            bodies = routes.cached_bodies(map(self.seen.json.table.get, keys))
+        bodies = None
+        # A chunk of one frame that is no route query (a broker's write) skips the route path.
+        single = known(keys[0]) if len(keys) == 1 else None
+        if (single is None or type(single) is RouteQuery) and routes.serving():
+            bodies = routes.cached_bodies(map(known, keys) if single is None else (single,))
             replies = fastpath.stamp_frames(routes.json.head, routes.json.tail, opaques, bodies)
             self._routes_answered += len(replies)
             if len(replies) == len(frames):
                 self._count(arrived)
                 return replies, []
-            if replies:
-                frames = [frame for frame, body in zip(frames, bodies) if body is None]
+            if not replies:
+                bodies = None
         commands: list[RemotingCommand] = []
-        for frame in frames:
-            reply = self.answer(frame, channel)
+        for index, frame in enumerate(frames):
+            if bodies is not None and bodies[index] is not None:
+                continue  # answered above
+            what = known(keys[index])
+            if type(what) is PreparedWrite:
+                reply = self._write(frame, channel, opaques[index], what)
+            else:
+                reply = self.answer(frame, channel)
             if reply is None:
                 commands.append(RemotingCommand.decode(frame))
             elif type(reply) is bytes:
@@ -146,14 +143,18 @@ class InlineAnswers:
         if self._routes_answered:
             self._route_slot.add(seconds, self._routes_answered)
             self._routes_answered = 0
-        if self._registrations_answered:
-            for response, count in self._registrations_answered.items():
-                self.tally.add(_REGISTRATION, response, FAST_PATH, seconds, count)
-            self._registrations_answered.clear()
+        if self._writes_answered:
+            slots = self._write_slots
+            for key, count in self._writes_answered.items():
+                slot = slots.get(key)
+                if slot is None:
+                    slot = slots[key] = self.tally.slot(key[0], key[1], FAST_PATH)
+                slot.add(seconds, count)
+            self._writes_answered.clear()
 
     def answer(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand | None:
         """`frame` as split_frames yields it (no length prefix). A registration that is not answered
-        here is handed back decoded, its body's CRC32 computed: the regular path needs neither again."""
+        here is handed back decoded: the regular path need not decode it again."""
         if len(frame) < 4:
             return None
         field = INT32.unpack_from(frame)[0]
@@ -170,14 +171,23 @@ class InlineAnswers:
             if reply is not None:
                 self._routes_answered += 1
             return reply
-        request = what.with_(opaque, frame[body_at:] or None, len(frame))
-        if self.registrations is None:
+        return self._write(frame, channel, opaque, what)
+
+    def _write(self, frame: bytes, channel: Channel, opaque: int, what: PreparedWrite) -> bytes | RemotingCommand:
+        """A write's frame whose header reads as `what` with `opaque`: its answer, or the request (for
+        an executor)."""
+        body_at = 4 + (INT32.unpack_from(frame)[0] & HEADER_LENGTH_MASK)
+        # The body as a view of the frame: a registration's repeat is recognised, a changed body
+        # decoded, without copying it.
+        request = what.request.derive(opaque, memoryview(frame)[body_at:] if len(frame) > body_at else None,
+                                      len(frame))
+        if self.writes is None:
             return request
-        answered = self.registrations.answer(what.header, request, channel)
+        answered = self.writes.answer(request, channel)
         if answered is None:
             return request
-        reply, response = answered
-        self._registrations_answered[response] = self._registrations_answered.get(response, 0) + 1
+        reply, key = answered
+        self._writes_answered[key] = self._writes_answered.get(key, 0) + 1
         return reply
 
 
@@ -186,38 +196,38 @@ class HeaderReader:
     bodyCrc32 value only (the broker's next DataVersion) is rebound, not parsed. Reactor thread only."""
 
     def __init__(self) -> None:
-        #: JSON registration headers by `crc_free` key, each the first one parsed.
-        self.shapes: BoundedMemo[bytes, PreparedRegistration] = BoundedMemo(SHAPES, SHAPE_BYTES)
+        #: JSON registration headers by `fastpath.body_crc_key` key, each the first one parsed.
+        self.shapes: BoundedMemo[bytes, PreparedWrite] = BoundedMemo(SHAPES, SHAPE_BYTES)
 
-    def __call__(self, serialize_field: int, header: bytes) -> tuple[int, Inline] | None:
-        shape = split = None
-        if serialize_field == JSON_FIELD:
-            split = fastpath.json_opaque_key(header)
-            if split is not None and split[1] is not None:
-                shape = crc_free(split[0])
+    def __call__(self, serialize_field: int, header: bytes,
+                 json_split: tuple[bytes, int] | None) -> tuple[int, Inline] | None:
+        shape = None if json_split is None else fastpath.body_crc_key(json_split[0])
         if shape is not None:
             known = self.shapes.table.get(shape[0])
             if known is not None:
-                return split[1], known.with_crc(shape[1])
+                return json_split[1], known.with_crc(shape[1])
         read = read_header(serialize_field, header)
-        if shape is not None and read is not None and read[0] == split[1] and _rebinds(header, shape[1], read[1]):
+        if (shape is not None and read is not None and read[0] == json_split[1]
+                and _rebinds(header, shape[1], read[1])):
             self.shapes.remember(shape[0], read[1], 2 * len(shape[0]))
         return read
 
 
-def _rebinds(header: bytes, digits: bytes, what: Inline) -> bool:
-    """Does the parser read `what`'s bodyCrc32 from exactly these `digits` of `header`, and nothing
-    else from them? Then another header differing in them only reads as `what.with_crc(...)`.
+def _rebinds(header: bytes, crc: int, what: Inline) -> bool:
+    """Does the parser read `what`'s bodyCrc32 from exactly the digits of `crc` in `header`, and
+    nothing else from them? Then another header differing in them only reads as `what.with_crc(...)`.
     Checked by parsing the header again with other digits (a duplicate key, say, would fail it)."""
-    if type(what) is not PreparedRegistration or what.header.body_crc32 != int(digits):
+    if type(what) is not PreparedWrite or type(what.header) is not RegistrationHeader or what.header.body_crc32 != crc:
         return False
-    other = (b"2" if digits[:1] == b"1" else b"1") + b"0" * (len(digits) - 1)
-    again = read_header(JSON_FIELD, header.replace(_CRC_FIELD + digits + b'"', _CRC_FIELD + other + b'"', 1))
+    digits = b"%d" % crc
+    other = int((b"2" if digits[:1] == b"1" else b"1") + b"0" * (len(digits) - 1))
+    again = read_header(JSON_FIELD, header.replace(_CRC_FIELD + digits + b'"', _CRC_FIELD + b"%d" % other + b'"', 1))
     return again is not None and again[1] == what.with_crc(other)
 
 
-def read_header(serialize_field: int, header: bytes) -> tuple[int, Inline] | None:
-    """(opaque, what the inline paths make of it), or None if the header does not decode.
+def read_header(serialize_field: int, header: bytes, json_split: object = None) -> tuple[int, Inline] | None:
+    """(opaque, what the inline paths make of it), or None if the header does not decode (a
+    `SeenHeaders` parse: `json_split` is not needed here).
 
     The header is read by its codec's one parser, the regular path's own, and the request table's
     `inline` column says which inline path (if any) may answer the code.
@@ -235,6 +245,6 @@ def read_header(serialize_field: int, header: bytes) -> tuple[int, Inline] | Non
     request = RemotingCommand(code, language=language, version=version, flag=flag, remark=remark, ext_fields=ext,
                               serialize_type=serialize_field >> 24)
     try:
-        return opaque, PreparedRegistration(RegistrationHeader.read(request), request)
+        return opaque, PreparedWrite.of(spec.header.read(request), request)
     except BadRequest:
         return opaque, None

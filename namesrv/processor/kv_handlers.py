@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from namesrv.channel import Channel
-from namesrv.processor.context import Change, HandlerContext, WriteHandler
+from namesrv.processor.context import Change, HandlerContext, Hints, WriteHandler
 from namesrv.processor.header import RequestHeader
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
@@ -14,7 +14,8 @@ def java_str(value: str | None) -> str:
     return "null" if value is None else value
 
 
-def _prepare_put(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: bool) -> Change | RemotingCommand:
+def _prepare_put(ctx: HandlerContext, request: RemotingCommand, channel: Channel,
+                 hints: Hints) -> Change | RemotingCommand:
     header = RequestHeader(request)
     namespace, key = header.text("namespace"), header.text("key")
     if namespace is None or key is None:
@@ -39,7 +40,7 @@ def get_kv_config(ctx: HandlerContext, request: RemotingCommand, channel: Channe
     return request.make_response(ResponseCode.SUCCESS, ext_fields={"value": value})
 
 
-def _prepare_delete(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: bool) -> Change:
+def _prepare_delete(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: Hints) -> Change:
     header = RequestHeader(request)
     return header.text("namespace"), header.text("key")
 

@@ -36,8 +36,9 @@ class Inline(enum.Enum):
 
     #: A route query whose encoded route is cached.
     ROUTE_QUERY = "route query"
-    #: A registration whose body is the broker's last one, or small enough to apply at once.
-    REGISTRATION = "registration"
+    #: A broker's write cheaper than the hand-off: the regular path run on the reactor, which leaves
+    #: what is expensive (a large registration body) to the executors (namesrv.processor.write_fast_path).
+    WRITE = "write"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,9 @@ class RequestSpec:
     #: Java answers with a typed response header: extFields present (maybe `{}`) even on errors.
     response_header: bool = False
     inline: Inline | None = None
+    #: The typed reading of the request's header (`RemotingCommand.typed_header`), which the reactor
+    #: makes once per header shape for an inline write.
+    header: type | None = None
 
     @property
     def writes(self) -> bool:
@@ -67,16 +71,20 @@ REQUESTS: tuple[RequestSpec, ...] = (
     _(RequestCode.GET_KV_CONFIG, kv_handlers.get_kv_config, response_header=True),
     _(RequestCode.DELETE_KV_CONFIG, kv_handlers.delete_kv_config, persisted=True, admin=True),
     _(RequestCode.GET_KVLIST_BY_NAMESPACE, kv_handlers.get_kvlist_by_namespace),
-    _(RequestCode.REGISTER_BROKER, broker_handlers.register_broker, response_header=True,
-      inline=Inline.REGISTRATION),
+    _(RequestCode.REGISTER_BROKER, broker_handlers.register_broker, response_header=True, inline=Inline.WRITE,
+      header=broker_handlers.RegistrationHeader),
     _(RequestCode.UNREGISTER_BROKER, broker_handlers.unregister_broker),
     # A liveness heartbeat as well as a question: it refreshes the broker's timestamp.
-    _(RequestCode.QUERY_DATA_VERSION, broker_handlers.query_data_version, response_header=True),
-    _(RequestCode.BROKER_HEARTBEAT, broker_handlers.broker_heartbeat),
+    _(RequestCode.QUERY_DATA_VERSION, broker_handlers.query_data_version, response_header=True, inline=Inline.WRITE,
+      header=broker_handlers.BrokerKey),
+    _(RequestCode.BROKER_HEARTBEAT, broker_handlers.broker_heartbeat, inline=Inline.WRITE,
+      header=broker_handlers.BrokerKey),
     _(RequestCode.GET_ROUTEINFO_BY_TOPIC, route_handlers.get_routeinfo_by_topic, pool=Pool.CLIENT,
       inline=Inline.ROUTE_QUERY),
     _(RequestCode.SUBSCRIBE_ROUTE_CHANGES, route_handlers.subscribe_route_changes, pool=Pool.CLIENT),
     _(RequestCode.UNSUBSCRIBE_ROUTE_CHANGES, route_handlers.unsubscribe_route_changes, pool=Pool.CLIENT),
+    # A read behind the admin guard: it names the addresses admins and brokers came from.
+    _(RequestCode.EXPLAIN_ROUTE, route_handlers.explain_route, admin=True),
     _(RequestCode.GET_BROKER_CLUSTER_INFO, route_handlers.get_broker_cluster_info),
     _(RequestCode.GET_BROKER_MEMBER_GROUP, route_handlers.get_broker_member_group),
     _(RequestCode.WIPE_WRITE_PERM_OF_BROKER, route_handlers.wipe_write_perm_of_broker, admin=True,

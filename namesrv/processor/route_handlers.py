@@ -4,16 +4,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import orjson
+
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
-from namesrv.processor.context import Change, HandlerContext, Refusal, WriteHandler
+from namesrv.processor.context import Change, HandlerContext, Hints, Refusal, WriteHandler
 from namesrv.processor.header import RequestHeader
-from namesrv.processor.route_input import IllegalRoute, check_queues, check_topic
 from namesrv.processor.route_push import SubscriptionRefused, route_entry
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.route import QueueData, TopicList, TopicRouteData
-from namesrv.routeinfo import RouteInfoManager, RouteTableFull
+from namesrv.routeinfo import RouteInfoManager, RouteTableFull, explain
+from namesrv.routeinfo.route_input import IllegalRoute, check_queues, check_topic
 from namesrv.routeinfo.zones import requested_zone
 
 #: RocketMQ 5.x FAQUrl.DEFAULT_FAQ_URL, quoted in TOPIC_NOT_EXIST remarks.
@@ -66,7 +68,7 @@ def subscribe_route_changes(ctx: HandlerContext, request: RemotingCommand, chann
         for topic in topics:
             check_topic(topic)
         standard = wants_standard_json(request.version, header.text("acceptStandardJsonOnly"))
-        ctx.subscriptions.subscribe(channel, topics, everything, standard, zone)
+        ctx.subscriptions.subscribe(channel, topics, everything, standard, zone, ctx.routes.has_topic)
     except (IllegalRoute, SubscriptionRefused) as exc:
         return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
     ctx.routes.track_changes()
@@ -80,6 +82,17 @@ def unsubscribe_route_changes(ctx: HandlerContext, request: RemotingCommand, cha
     return request.make_response(ResponseCode.SUCCESS)
 
 
+def explain_route(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    """Why the topic has no route here, or the route it has, from the route history (JSON body)."""
+    topic = RequestHeader(request).required_text("topic")
+    try:
+        check_topic(topic)
+    except IllegalRoute as exc:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+    answer = explain.explain_route(ctx.routes, topic, ctx.kv.get(ORDER_TOPIC_CONFIG, topic), ctx.clock())
+    return request.make_response(ResponseCode.SUCCESS, body=orjson.dumps(answer))
+
+
 def get_broker_cluster_info(ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
     return request.make_response(ResponseCode.SUCCESS, body=ctx.routes.cluster_info().encode())
 
@@ -90,16 +103,16 @@ def get_broker_member_group(ctx: HandlerContext, request: RemotingCommand, chann
     return request.make_response(ResponseCode.SUCCESS, body=group.encode())
 
 
-def _prepare_broker_name(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: bool) -> Change:
+def _prepare_broker_name(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: Hints) -> Change:
     return RequestHeader(request).text("brokerName")
 
 
 def _apply_wipe_write_perm(ctx: HandlerContext, change: Change, channel: Channel) -> int:
-    return ctx.routes.wipe_write_perm_of_broker(change)
+    return ctx.routes.wipe_write_perm_of_broker(change, channel.remote_addr)
 
 
 def _apply_add_write_perm(ctx: HandlerContext, change: Change, channel: Channel) -> int:
-    return ctx.routes.add_write_perm_of_broker(change)
+    return ctx.routes.add_write_perm_of_broker(change, channel.remote_addr)
 
 
 def _answer_count(field: str) -> Callable[[HandlerContext, RemotingCommand, int], RemotingCommand]:
@@ -112,20 +125,20 @@ wipe_write_perm_of_broker = WriteHandler(_prepare_broker_name, _apply_wipe_write
 add_write_perm_of_broker = WriteHandler(_prepare_broker_name, _apply_add_write_perm, _answer_count("addTopicCount"))
 
 
-def _prepare_topic_deletion(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: bool) -> Change:
+def _prepare_topic_deletion(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: Hints) -> Change:
     header = RequestHeader(request)
     return header.required_text("topic"), header.text("clusterName")
 
 
 def _apply_topic_deletion(ctx: HandlerContext, change: Change, channel: Channel) -> None:
-    ctx.routes.delete_topic(*change)
+    ctx.routes.delete_topic(*change, requester=channel.remote_addr)
 
 
 delete_topic_in_namesrv = WriteHandler(_prepare_topic_deletion, _apply_topic_deletion)
 
 
 def _prepare_topic_registration(ctx: HandlerContext, request: RemotingCommand, channel: Channel,
-                                hints: bool) -> Change | RemotingCommand:
+                                hints: Hints) -> Change | RemotingCommand:
     """Only the body's queueDatas are used; brokers that are not registered stop the call (as RocketMQ)."""
     topic = RequestHeader(request).required_text("topic")
     route = TopicRouteData.decode(request.body) if request.body else None
@@ -142,7 +155,7 @@ def _prepare_topic_registration(ctx: HandlerContext, request: RemotingCommand, c
 def _apply_topic_registration(ctx: HandlerContext, change: Change, channel: Channel) -> Refusal | None:
     topic, queues = change
     try:
-        ctx.routes.register_topic(topic, [QueueData(*fields) for fields in queues])
+        ctx.routes.register_topic(topic, [QueueData(*fields) for fields in queues], channel.remote_addr)
     except RouteTableFull as exc:
         log.warning("REGISTER_TOPIC_IN_NAMESRV of %s from %s refused: %s", topic, channel, exc)
         return Refusal(ResponseCode.SYSTEM_ERROR, str(exc))

@@ -16,15 +16,25 @@ new route (or null: deleted).
   split into bodies of at most PUSH_BODY_BYTES. Subscribers with the same topics, codec and zone
   share the encoded frames.
 * A subscriber in zone mode (namesrv.routeinfo.zones) is pushed its zone's routes, as it polls them.
-* Bounded: at most `maxRouteSubscriptionTopics` named topics over all subscriptions; a subscriber
-  whose connection already holds more than half the unsent bytes it may (namesrv.route_publisher)
-  is not sent more: it is told it was dropped to polling (ROUTE_CHANGED with `dropped`) and
-  unsubscribed, before the reactor would close its connection for not reading.
+* Bounded: named topics count against three shares, so that no peer can take the others' (one
+  connection at most `maxRouteSubscriptionTopicsPerConnection`, the connections of one peer host
+  at most `maxRouteSubscriptionTopicsPerHost`, all of them at most `maxRouteSubscriptionTopics`),
+  and a connection may name at most MAX_UNKNOWN_TOPICS topics the route table does not hold (a
+  known topic's name is the table's own string; an unknown one costs its own). What subscribers
+  hold unsent is bounded by the route publisher (namesrv.route_publisher): past its share a
+  subscriber is told it was dropped to polling (`drop`: ROUTE_CHANGED with `dropped`) and
+  unsubscribed.
+* A round is built off the reactor, on the publisher's thread, which hands the interpreter lock
+  to the other threads every YIELD_EVERY topics it encodes: a round of thousands of topics would
+  otherwise hold it for tens of milliseconds at a time, and the reactor's answers wait for it.
 """
 from __future__ import annotations
 
+import itertools
 import json
+import sys
 import threading
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
@@ -36,6 +46,10 @@ from namesrv.protocol.command import RemotingCommand
 PUSH_BODY_BYTES = 1 << 20
 #: Counts of deleted topics kept beyond the table's topics before they are dropped.
 VERSIONS_SLACK = 100_000
+#: Topics encoded between two hand-overs of the interpreter lock (a few milliseconds of work).
+YIELD_EVERY = 256
+#: Topics one connection may name that the route table does not hold when it subscribes.
+MAX_UNKNOWN_TOPICS = 1000
 #: What ROUTE_CHANGED's `dropped` field says.
 DROPPED_REMARK = "dropped to polling: the connection does not read its pushes fast enough"
 
@@ -57,17 +71,28 @@ class Subscription:
     zone: str | None = None
     everything: bool = False
     topics: set[str] = field(default_factory=set)
+    #: Of `topics`, those the route table did not hold when they were subscribed.
+    unknown: int = 0
+
+
+def peer_host(channel: Channel) -> str:
+    """The host part of a connection's "ip:port" (IPv6 included): what the per-host share counts by."""
+    return channel.remote_addr.rpartition(":")[0]
 
 
 class RouteSubscriptions:
     """The subscribers of one process. Thread-safe: executors subscribe, the publisher thread publishes."""
 
-    def __init__(self, max_topics: int) -> None:
+    def __init__(self, max_topics: int, max_per_connection: int | None = None, max_per_host: int | None = None) -> None:
+        """maxRouteSubscriptionTopics, ...PerConnection and ...PerHost (None: no share of its own)."""
         self._max_topics = max_topics
+        self._max_per_connection = max_topics if max_per_connection is None else max_per_connection
+        self._max_per_host = max_topics if max_per_host is None else max_per_host
         self._lock = threading.Lock()
         self._subscriptions: dict[Channel, Subscription] = {}
-        #: Named topics over all subscriptions (maxRouteSubscriptionTopics).
+        #: Named topics over all subscriptions (maxRouteSubscriptionTopics), and per peer host.
         self._topic_count = 0
+        self._host_counts: dict[str, int] = {}
         #: topic -> its changes since start (only topics changed at least once).
         self._versions: dict[str, int] = {}
         self._sweep_at = VERSIONS_SLACK
@@ -82,36 +107,80 @@ class RouteSubscriptions:
         return self._versions.get(topic, 0)
 
     def subscribe(self, channel: Channel, topics: Collection[str], everything: bool, standard: bool,
-                  zone: str | None = None) -> None:
-        """Add `topics` (or every topic) to `channel`'s subscription; SubscriptionRefused past the bound.
-        The last subscription's JSON flavour and zone are the connection's."""
+                  zone: str | None = None, exists: Callable[[str], bool] = lambda topic: True) -> None:
+        """Add `topics` (or every topic) to `channel`'s subscription; SubscriptionRefused past a share,
+        naming it. `exists`: does the route table hold a topic. The last subscription's JSON flavour
+        and zone are the connection's."""
         with self._lock:
             subscription = self._subscriptions.get(channel)
             if subscription is None:
                 subscription = Subscription(channel, standard, zone)
             new = set(topics) - subscription.topics
-            if self._topic_count + len(new) > self._max_topics:
-                raise SubscriptionRefused(f"{len(new)} more topics would pass maxRouteSubscriptionTopics "
-                                          f"({self._max_topics}; {self._topic_count} subscribed)")
-            subscription.topics |= new
+            known = {sys.intern(topic) for topic in new if exists(topic)}  # the table's own string
+            unknown = len(new) - len(known)
+            host = peer_host(channel)
+            held = self._host_counts.get(host, 0)
+            for count, limit, key in ((len(subscription.topics), self._max_per_connection,
+                                       "maxRouteSubscriptionTopicsPerConnection"),
+                                      (held, self._max_per_host, f"maxRouteSubscriptionTopicsPerHost of {host}"),
+                                      (self._topic_count, self._max_topics, "maxRouteSubscriptionTopics")):
+                if count + len(new) > limit:
+                    raise SubscriptionRefused(f"{len(new)} more topics would pass {key} ({limit}; {count} "
+                                              "subscribed)")
+            if subscription.unknown + unknown > MAX_UNKNOWN_TOPICS:
+                raise SubscriptionRefused(f"{unknown} more topics the route table does not hold would pass "
+                                          f"{MAX_UNKNOWN_TOPICS} for one connection ({subscription.unknown} subscribed)")
+            subscription.topics |= known
+            subscription.topics |= new - known
+            subscription.unknown += unknown
             subscription.everything |= everything
             subscription.standard = standard
             subscription.zone = zone
             self._topic_count += len(new)
+            if new:
+                self._host_counts[host] = held + len(new)
             self._subscriptions[channel] = subscription
+
+    def listing(self, limit: int, sample: int = 5) -> list[dict[str, object]]:
+        """The first `limit` subscriptions: connection, all topics or how many, and a few of them."""
+        with self._lock:
+            subscriptions = [(s.channel, s.everything, s.zone, len(s.topics), list(itertools.islice(s.topics, sample)))
+                             for s in itertools.islice(self._subscriptions.values(), limit)]
+        return [{"connection": str(channel), "everything": everything, "zone": zone, "topics": count,
+                 "sample": sorted(first)} for channel, everything, zone, count, first in subscriptions]
 
     def unsubscribe(self, channel: Channel) -> bool:
         with self._lock:
             subscription = self._subscriptions.pop(channel, None)
-            if subscription is not None:
-                self._topic_count -= len(subscription.topics)
-            return subscription is not None
+            if subscription is None:
+                return False
+            self._topic_count -= len(subscription.topics)
+            if subscription.topics:
+                host = peer_host(channel)
+                left = self._host_counts[host] - len(subscription.topics)
+                if left:
+                    self._host_counts[host] = left
+                else:
+                    del self._host_counts[host]
+            return True
 
-    def publish(self, changed: set[str], route_body: RouteBody, exists: Callable[[str], bool], encode: Encode,
-                too_slow: Callable[[Channel], bool]) -> list[tuple[Channel, bytes]]:
+    def is_subscribed(self, channel: Channel) -> bool:
+        return channel in self._subscriptions
+
+    def drop(self, channel: Channel, encode: Encode) -> tuple[Channel, bytes] | None:
+        """Unsubscribe `channel` for not taking its pushes: the notice telling it so (ROUTE_CHANGED
+        with `dropped`) to send it; None if it was not subscribed."""
+        if not self.unsubscribe(channel):
+            return None
+        self.dropped += 1
+        return channel, encode(channel, _command({"dropped": DROPPED_REMARK}, None))
+
+    def publish(self, changed: set[str], route_body: RouteBody, exists: Callable[[str], bool],
+                encode: Encode) -> list[tuple[Channel, bytes]]:
         """The pushes of one round: `changed` topics get their next version; each subscriber gets
-        the changes of its topics (frames shared between subscribers alike). `exists`: is a topic
-        in the route table (the counts of those that are not are swept now and then)."""
+        the changes of its topics (frames shared between subscribers alike: one bytes object).
+        `exists`: is a topic in the route table (the counts of those that are not are swept now
+        and then)."""
         with self._lock:
             versions = {}
             for topic in changed:
@@ -129,11 +198,6 @@ class RouteSubscriptions:
             if not matched:
                 continue
             channel = subscription.channel
-            if too_slow(channel):
-                self.unsubscribe(channel)
-                self.dropped += 1
-                deliveries.append((channel, encode(channel, _command({"dropped": DROPPED_REMARK}, None))))
-                continue
             key = ("*" if subscription.everything else tuple(sorted(matched)), subscription.standard,
                    subscription.zone, channel.transport)
             encoded = frames.get(key)
@@ -157,7 +221,9 @@ def _commands(topics: list[str], versions: dict[str, int], standard: bool, zone:
     commands: list[RemotingCommand] = []
     parts: list[bytes] = []
     size = 0
-    for topic in topics:
+    for count, topic in enumerate(topics, 1):
+        if not count % YIELD_EVERY:
+            time.sleep(0)  # the reactor's turn (see the module's docstring)
         key = (topic, standard, zone)
         if key not in routes:
             routes[key] = route_body(topic, standard, zone)

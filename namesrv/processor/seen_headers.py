@@ -34,13 +34,16 @@ SEEN_HEADER_BYTES = 32 * 1024 * 1024
 class SeenHeaders(Generic[T]):
     """`read(serialize_field, header)` -> (opaque, what the header says), or None if it cannot be read.
 
-    `parse(serialize_field, header)` reads a header the slow way, returning (opaque, value) or
-    None. Its value is remembered when the opaque is the only thing a repeat can differ in: a
-    binary header's fixed four bytes, or a JSON header's single `"opaque":` key written as
-    `b"%d"` writes it and followed by another field. Single-threaded (the reactor's).
+    `parse(serialize_field, header, json_split)` reads a header the slow way, returning (opaque,
+    value) or None; `json_split` is what `fastpath.json_opaque_key` made of a JSON header with an
+    int32 opaque, (key, opaque) (None for any other header). Its value is remembered when the opaque
+    is the only thing a repeat can differ in: a binary header's fixed four bytes, or a JSON header's
+    single `"opaque":` key written as `b"%d"` writes it and followed by another field.
+    Single-threaded (the reactor's).
     """
 
-    def __init__(self, parse: Callable[[int, bytes], tuple[int, T] | None], bound: int = SEEN_HEADERS,
+    def __init__(self, parse: Callable[[int, bytes, tuple[bytes, int] | None], tuple[int, T] | None],
+                 bound: int = SEEN_HEADERS,
                  max_bytes: int = SEEN_HEADER_BYTES) -> None:
         self._parse = parse
         #: JSON headers by `fastpath.json_opaque_key` (`.table` is read by `InlineAnswers.answer_all` too).
@@ -51,12 +54,13 @@ class SeenHeaders(Generic[T]):
         if serialize_field == JSON_FIELD:
             split = fastpath.json_opaque_key(header)
             if split is None or split[1] is None:
-                return self._parse(JSON_FIELD, header)
+                return self._parse(JSON_FIELD, header, None)
             key, opaque = split
             memo = self.json
         elif serialize_field == ROCKETMQ_FIELD:
             if len(header) < _BINARY_OPAQUE_AT + 4:
                 return None
+            split = None
             key = header[:_BINARY_OPAQUE_AT] + header[_BINARY_OPAQUE_AT + 4:]
             opaque = INT32.unpack_from(header, _BINARY_OPAQUE_AT)[0]
             memo = self.binary
@@ -65,7 +69,7 @@ class SeenHeaders(Generic[T]):
         known = memo.table.get(key, self)
         if known is not self:
             return opaque, known
-        parsed = self._parse(serialize_field, header)
+        parsed = self._parse(serialize_field, header, split)
         if (parsed is not None and parsed[0] == opaque
                 and (serialize_field != JSON_FIELD or header.count(_OPAQUE_KEY) == 1)):
             # A registration's value holds the header's fields: charged twice the key.

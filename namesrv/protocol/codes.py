@@ -36,6 +36,8 @@ class RequestCode(IntEnum):
     UNSUBSCRIBE_ROUTE_CHANGES = 88002
     #: Server to client, oneway: the changes of subscribed topics' routes.
     ROUTE_CHANGED = 88003
+    #: Why a topic has no route, or the one it has (namesrv.routeinfo.explain).
+    EXPLAIN_ROUTE = 88004
 
 
 class ResponseCode(IntEnum):

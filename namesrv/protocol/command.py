@@ -10,6 +10,7 @@ from namesrv.errors import ProtocolError
 from namesrv.protocol.json_header import decode_json_header, encode_json_header
 
 _PREFIX = struct.Struct(">ii")  # totalLength, headerField
+_new_command = object.__new__
 _MAX_HEADER_LENGTH = 0xFFFFFF  # the header length shares its int32 with the serialize-type byte
 
 
@@ -82,6 +83,25 @@ class RemotingCommand:
         """`header` is what `typed_header(type(header))` reads: keep it."""
         self._typed_header = (self.ext_fields, header)
 
+    def derive(self, opaque: int, body: bytes | None, wire_size: int) -> RemotingCommand:
+        """The command a frame decodes to whose header differs from this one's in the opaque only,
+        with `body`, from a frame of `wire_size` bytes; the typed reading of the header is shared.
+        (The reactor reads a peer's repeated header once: a copy of fields, not a constructor call.)"""
+        command = _new_command(RemotingCommand)
+        command.code = self.code
+        command.language = self.language
+        command.version = self.version
+        command.opaque = opaque
+        command.flag = self.flag
+        command.remark = self.remark
+        command.ext_fields = self.ext_fields
+        command.body = body
+        command.serialize_type = self.serialize_type
+        command.wire_size = wire_size
+        command._body_crc32 = None
+        command._typed_header = self._typed_header
+        return command
+
     @classmethod
     def request(
         cls,
@@ -114,16 +134,22 @@ class RemotingCommand:
         ext_fields: dict[str, str] | None = None,
         body: bytes | None = None,
     ) -> RemotingCommand:
-        """The response to this request: same opaque and codec, flag = response bit only."""
-        return RemotingCommand(
-            code,
-            opaque=self.opaque,
-            flag=FLAG_RESPONSE,
-            remark=remark,
-            ext_fields=ext_fields,
-            body=body,
-            serialize_type=self.serialize_type,
-        )
+        """The response to this request: same opaque and codec, flag = response bit only (every
+        response is made here: its fields are stored, not passed through the constructor)."""
+        response = _new_command(RemotingCommand)
+        response.code = code
+        response.language = LanguageCode.JAVA
+        response.version = SERVER_VERSION
+        response.opaque = self.opaque
+        response.flag = FLAG_RESPONSE
+        response.remark = remark
+        response.ext_fields = ext_fields
+        response.body = body
+        response.serialize_type = self.serialize_type
+        response.wire_size = 0
+        response._body_crc32 = None
+        response._typed_header = None
+        return response
 
     @property
     def is_response(self) -> bool:

@@ -16,22 +16,30 @@ class FrameDecoder:
     frame's bytes arrive, so a hostile length never makes us buffer 2 GiB.
     """
 
-    __slots__ = ("max_frame_length", "_buffer")
+    __slots__ = ("max_frame_length", "_buffer", "_need")
 
     def __init__(self, max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH) -> None:
         self.max_frame_length = max_frame_length
         self._buffer = bytearray()
+        #: Bytes the buffer must hold before another frame can be whole (split_frames has checked the
+        #: length prefix they follow from): a large frame arrives in many chunks, not split each time.
+        self._need = 0
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        if self._buffer:
-            self._buffer += chunk
-            frames, used = fastpath.split_frames(self._buffer, self.max_frame_length)
+        buffer = self._buffer
+        if buffer:
+            buffer += chunk
+            if len(buffer) < self._need:
+                return []
+            frames, used = fastpath.split_frames(buffer, self.max_frame_length)
             if used:
-                del self._buffer[:used]
-            return frames
-        frames, used = fastpath.split_frames(chunk, self.max_frame_length)
-        if used < len(chunk):
-            self._buffer += memoryview(chunk)[used:]
+                del buffer[:used]
+        else:
+            frames, used = fastpath.split_frames(chunk, self.max_frame_length)
+            if used == len(chunk):
+                return frames
+            buffer += memoryview(chunk)[used:]
+        self._need = 4 + int.from_bytes(buffer[:4], "big") if len(buffer) >= 4 else 4
         return frames
 
     @property

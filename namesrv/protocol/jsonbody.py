@@ -72,6 +72,9 @@ def loads(data: bytes | bytearray, what: str) -> Any:
 def as_int(value: object, bits: int = 64) -> int | None:
     """`value` as Java reads an int (bits=32) or long field: a JSON integer or a decimal string
     (optional sign, ASCII digits, as `Long.parseLong`) within range; None for anything else."""
+    if type(value) is int:
+        limit = 1 << (bits - 1)
+        return value if -limit <= value < limit else None
     if isinstance(value, str):
         if len(value) > 24 or not _DECIMAL.fullmatch(value):
             return None
@@ -130,11 +133,13 @@ def int_key_map(mapping: Mapping[int, Any], standard: bool) -> bytes:
                             if value is not None) + b"}"
 
 
-def expect(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
-    """`value` if it is of `kind` (bool is never an int here), else a ProtocolError naming `what`."""
-    if isinstance(value, kind) and not (isinstance(value, bool) and kind is int):
+def expect(value: Any, kind: type | tuple[type, ...], what: str, *more: object) -> Any:
+    """`value` if it is of `kind` (bool is never an int here), else a ProtocolError naming it: `what`
+    and then `more` (joined only for the error: a decode checks thousands of values that pass)."""
+    if type(value) is kind or (isinstance(value, kind) and (kind is not int or not isinstance(value, bool))):
         return value
-    raise ProtocolError(f"{what} must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
+    name = "".join(map(str, (what, *more)))
+    raise ProtocolError(f"{name} must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
 
 
 def get_int(obj: dict, key: str, default: int, what: str, bits: int = 64) -> int:
@@ -142,6 +147,8 @@ def get_int(obj: dict, key: str, default: int, what: str, bits: int = 64) -> int
     value = obj.get(key)
     if value is None:
         return default
+    if type(value) is int and -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        return value
     number = as_int(value, bits)
     if number is None:
         raise ProtocolError(f"{what}.{key} must be a {bits}-bit integer, got {value!r:.60}")
@@ -150,7 +157,7 @@ def get_int(obj: dict, key: str, default: int, what: str, bits: int = 64) -> int
 
 def get_str(obj: dict, key: str, what: str) -> str | None:
     value = obj.get(key)
-    return None if value is None else expect(value, str, f"{what}.{key}")
+    return value if value is None or type(value) is str else expect(value, str, what, ".", key)
 
 
 def get_bool(obj: dict, key: str, what: str) -> bool:
@@ -159,19 +166,23 @@ def get_bool(obj: dict, key: str, what: str) -> bool:
         return False
     if isinstance(value, str):
         return value.lower() == "true"
-    return expect(value, bool, f"{what}.{key}")
+    return expect(value, bool, what, ".", key)
 
 
 def get_dict(obj: dict, key: str, what: str) -> dict:
     value = obj.get(key)
-    return {} if value is None else expect(value, dict, f"{what}.{key}")
+    if type(value) is dict:
+        return value
+    return {} if value is None else expect(value, dict, what, ".", key)
 
 
 def get_list(obj: dict, key: str, what: str) -> list:
     value = obj.get(key)
-    return [] if value is None else expect(value, list, f"{what}.{key}")
+    if type(value) is list:
+        return value
+    return [] if value is None else expect(value, list, what, ".", key)
 
 
 def string_list(value: Any, what: str) -> list[str]:
     """A JSON array of strings (broker names, server addresses), else a ProtocolError naming `what`."""
-    return [expect(item, str, f"{what}[]") for item in expect(value, list, what)]
+    return [item if type(item) is str else expect(item, str, what, "[]") for item in expect(value, list, what)]

@@ -82,7 +82,7 @@ class BrokerData:
             broker_id = as_int(key)
             if broker_id is None:
                 raise ProtocolError(f"{what}.brokerAddrs key {key!r} is not a broker id")
-            addrs[broker_id] = expect(addr, str, f"{what}.brokerAddrs[{key}]")
+            addrs[broker_id] = expect(addr, str, what, ".brokerAddrs[", key, "]")
         return cls(get_str(obj, "cluster", what) or "", get_str(obj, "brokerName", what) or "", addrs,
                    get_bool(obj, "enableActingMaster", what), get_str(obj, "zoneName", what))
 
@@ -129,7 +129,7 @@ class TopicRouteData:
         return cls([QueueData.from_dict(q) for q in get_list(obj, "queueDatas", what)],
                    [BrokerData.from_dict(b) for b in get_list(obj, "brokerDatas", what)],
                    filters, get_str(obj, "orderTopicConf", what),
-                   None if mapping is None else expect(mapping, dict, f"{what}.topicQueueMappingByBroker"))
+                   None if mapping is None else expect(mapping, dict, what, ".topicQueueMappingByBroker"))
 
 
 @dataclass(slots=True)
@@ -187,7 +187,7 @@ class KVTable:
     @classmethod
     def decode(cls, data: bytes) -> KVTable:
         obj = expect(jsonbody.loads(data, "KVTable"), dict, "KVTable")
-        return cls({str(k): expect(v, str, f"KVTable.table[{k}]") for k, v in get_dict(obj, "table", "KVTable").items()
+        return cls({str(k): expect(v, str, "KVTable.table[", k, "]") for k, v in get_dict(obj, "table", "KVTable").items()
                     if v is not None})
 
 
@@ -210,9 +210,10 @@ class BrokerMemberGroup:
         return cls(group.cluster, group.broker_name, group.broker_addrs)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RegisterBrokerResult:
-    """What a broker learns from REGISTER_BROKER: its master (for a slave) and the order-topic KV table."""
+    """What a broker learns from REGISTER_BROKER: its master (for a slave) and the order-topic KV table.
+    Immutable: the route table answers every registration that learns no master with one instance."""
 
     ha_server_addr: str | None = None
     master_addr: str | None = None

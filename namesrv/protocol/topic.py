@@ -5,7 +5,7 @@ import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from namesrv import fastpath
 from namesrv.protocol import jsonbody
@@ -14,6 +14,8 @@ from namesrv.errors import ProtocolError
 from namesrv.protocol.jsonbody import as_int, dumps, expect, get_bool, get_dict, get_int, get_list, get_str, string_list
 
 _INT32 = struct.Struct(">i")
+#: Every JSON integer of smaller magnitude is a Java long (one below -2**63 is too: get_int decides those).
+_LONG_LIMIT = 1 << 63
 #: TopicFilterType's names.
 FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 #: One topic as the route table reads it: (topicName, readQueueNums, writeQueueNums, perm, topicSysFlag).
@@ -28,9 +30,9 @@ MAX_COMPRESSED_PART = 64 * 1024
 INFLATE_STEP = 256 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class DataVersion:
-    """Version stamp of a broker's topic table; equal only if all three fields are equal."""
+class DataVersion(NamedTuple):
+    """Version stamp of a broker's topic table; equal only if all three fields are equal. A tuple:
+    every registration reads one and compares it with the broker's last."""
 
     counter: int = 0
     timestamp: int = 0
@@ -45,6 +47,11 @@ class DataVersion:
     @classmethod
     def from_dict(cls, obj: Any, what: str = "DataVersion") -> DataVersion:
         expect(obj, dict, what)
+        get = obj.get
+        counter, timestamp, state = get("counter"), get("timestamp"), get("stateVersion")
+        if type(counter) is int and type(timestamp) is int and type(state) is int and max(
+                abs(counter), abs(timestamp), abs(state)) < _LONG_LIMIT:  # what every broker sends, read at once
+            return cls(counter, timestamp, state)
         return cls(get_int(obj, "counter", 0, what), get_int(obj, "timestamp", 0, what),
                    get_int(obj, "stateVersion", 0, what))
 
@@ -94,7 +101,7 @@ class TopicConfig:
             raise ProtocolError(f"{what} has no topicName")
         attributes = obj.get("attributes")
         if attributes is not None:
-            expect(attributes, dict, f"{what}.attributes")
+            expect(attributes, dict, what, ".attributes")
         filter_type = get_str(obj, "topicFilterType", what)
         if filter_type not in FILTER_TYPES:
             filter_type = "SINGLE_TAG"  # fastjson reads an unknown enum name as null; the default is as harmless
@@ -192,7 +199,7 @@ def _wrapper_versions_and_mappings(obj: dict, what: str) -> tuple[DataVersion, D
     data_version = DataVersion.from_dict(obj["dataVersion"], f"{what}.dataVersion") if obj.get("dataVersion") \
         is not None else DataVersion()
     mapping = obj.get("mappingDataVersion")
-    infos = {topic: expect(info, dict, f"{what}.topicQueueMappingInfoMap[{topic}]")
+    infos = {topic: expect(info, dict, what, ".topicQueueMappingInfoMap[", topic, "]")
              for topic, info in get_dict(obj, "topicQueueMappingInfoMap", what).items() if info is not None}
     return (data_version, None if mapping is None else DataVersion.from_dict(mapping, f"{what}.mappingDataVersion"),
             infos, get_dict(obj, "topicQueueMappingDetailMap", what))

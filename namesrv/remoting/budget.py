@@ -1,8 +1,10 @@
 """maxInFlightRequestBytes: how many request bytes one server process holds before it has answered them.
 
-Three things hold what requests cost: incomplete frames (a connection's bytes waiting for the rest
-of their frame), decoded requests waiting in an executor queue or running, and their replies
-waiting in the outbox for the reactor to send them. Without a bound in bytes, a peer could make us
+Four things hold what peers cost: incomplete frames (a connection's bytes waiting for the rest
+of their frame, a TLS handshake's state), decoded requests waiting in an executor queue or
+running, their replies waiting in the outbox for the reactor to send them, and the route-change
+pushes subscribers have not taken yet (namesrv.route_publisher keeps those within half the
+budget, dropping and closing subscribers past their share). Without a bound in bytes, a peer could make us
 hold every connection's largest frame (10,000 x 16 MiB), fill the queues, counted in requests,
 with 16 MiB ones, or ask a thousand times for a 1 MB topic list without reading: sixteen executor
 threads encode replies far faster than the one reactor thread, which gets a seventeenth of the
@@ -38,13 +40,15 @@ LOG_PERIOD = 1.0
 
 class RequestBudget:
     """Request bytes held: `incomplete` (set by the reactor), `queued` (charged by the reactor,
-    released by the executors that answered them) and `replies` (held by the outbox until the
-    reactor takes them). Thread-safe."""
+    released by the executors that answered them), `replies` (held by the outbox until the
+    reactor takes them) and `pushes` (set by the route publisher). Thread-safe."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         #: Bytes of incomplete frames across the endpoints (reactor thread only writes it).
         self.incomplete = 0
+        #: Bytes of route-change pushes that subscribers hold unsent (the route publisher writes it).
+        self.pushes = 0
         self._queued = 0
         self._replies = 0
         self._lock = threading.Lock()
@@ -72,7 +76,7 @@ class RequestBudget:
 
     @property
     def held(self) -> int:
-        return self.incomplete + self._queued + self._replies
+        return self.incomplete + self._queued + self._replies + self.pushes
 
     def charge(self, size: int) -> bool:
         """Hold `size` more bytes of complete requests; False (nothing held) if that passes the limit."""
@@ -116,6 +120,6 @@ class RequestBudget:
         if now - self._logged >= LOG_PERIOD:
             self._logged = now
             log.warning("in-flight request bytes at maxInFlightRequestBytes (%d held of %d: %d in incomplete "
-                        "frames, %d queued, %d in replies): %s; %d requests refused, %d connections closed so far",
-                        self.held, self.limit, self.incomplete, self._queued, self._replies, what, self.refused,
-                        self.evicted)
+                        "frames, %d queued, %d in replies, %d in pushes): %s; %d requests refused, %d connections "
+                        "closed so far", self.held, self.limit, self.incomplete, self._queued, self._replies,
+                        self.pushes, what, self.refused, self.evicted)

@@ -60,6 +60,10 @@ MAX_MESSAGE_BYTES = 64 * 1024
 CLOSED_REMEMBERED = 65536
 #: Connection.tls of a TCP connection whose first bytes have not arrived (TLS or plain: they tell).
 UNDECIDED = object()
+#: What a TLS handshake in progress holds beyond a plain connection (OpenSSL's connection state and
+#: buffers, measured by `python -m bench.attacks --only tls-states`), besides the bytes it has not
+#: taken yet: counted in the in-flight budget like an incomplete frame until the handshake is done.
+TLS_HANDSHAKE_BYTES = 48 * 1024
 
 
 def peer_of(frame: zmq.Frame) -> tuple[str, int | None]:
@@ -90,7 +94,7 @@ def _peer(conn: Connection) -> str:
 class Connection:
     """One peer: its Channel, frame decoder and socket descriptor (TCP only), last activity, and unsent replies."""
 
-    __slots__ = ("channel", "decoder", "fd", "tls", "last_active", "backlog", "backlog_bytes", "incomplete")
+    __slots__ = ("channel", "decoder", "fd", "tls", "last_active", "backlog", "backlog_bytes", "handed", "incomplete")
 
     def __init__(self, channel: Channel, decoder: FrameDecoder | None, now: float, fd: int | None = None,
                  tls: TlsSession | object | None = None) -> None:
@@ -102,6 +106,8 @@ class Connection:
         self.last_active = now
         self.backlog: deque[tuple[object, int]] = deque()
         self.backlog_bytes = 0
+        #: Reply bytes handed to ZeroMQ so far (what its pipe holds is this less what reached the socket).
+        self.handed = 0
         #: Bytes of an incomplete frame its decoder holds (as last counted in `Endpoint.incomplete_bytes`).
         self.incomplete = 0
 
@@ -187,7 +193,7 @@ class Endpoint:
         self._touch(conn, now)
         messages = self._pack(payloads)
         if not conn.backlog:
-            for sent, (message, _size) in enumerate(messages):
+            for sent, (message, size) in enumerate(messages):
                 try:
                     self._transmit(ident, message)
                 except zmq.Again:
@@ -196,6 +202,7 @@ class Endpoint:
                 except zmq.ZMQError as exc:
                     self.close(conn, "send_failed", f"send failed: {exc}")
                     return
+                conn.handed += size
             else:
                 return
         conn.backlog.extend(messages)
@@ -223,6 +230,7 @@ class Endpoint:
                     break
                 conn.backlog.popleft()
                 conn.backlog_bytes -= size
+                conn.handed += size
                 self.backlog_bytes -= size
             else:
                 self.blocked.discard(ident)
@@ -277,7 +285,8 @@ class Endpoint:
             conn = next(iter(self.incomplete.values()))
             excess -= conn.incomplete
             closed += 1
-            self.close(conn, "budget", f"its incomplete frame ({conn.incomplete} bytes so far) is the oldest held "
+            held = "TLS handshake" if isinstance(conn.tls, TlsSession) and not conn.tls.established else "frame"
+            self.close(conn, "budget", f"its incomplete {held} ({conn.incomplete} bytes counted) is the oldest held "
                        f"while in-flight request bytes are at maxInFlightRequestBytes ({limit})", logging.WARNING)
         return closed
 
@@ -323,30 +332,32 @@ class StreamEndpoint(Endpoint):
         self._closed: OrderedDict[bytes, None] = OrderedDict()
 
     def read(self, budget: int, now: float, jobs: list[Job]) -> None:
-        sock = self.socket
+        recv = self.socket.recv
         connections = self.connections
         for _ in range(budget):
             try:
-                ident = sock.recv(zmq.NOBLOCK)
+                ident = recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            frame = sock.recv(copy=False)
             conn = connections.get(ident)
             if conn is None:
+                frame = recv(copy=False)  # a newcomer's peer address is in its message's metadata
                 if len(frame) == 0:
                     if ident in self._closed:
                         del self._closed[ident]
                     else:
                         self._accept(ident, frame, now)
                 continue  # else: the end of, or bytes still in flight from, a connection we closed
-            if len(frame) == 0:
+            data = recv()  # a known connection's bytes: no Frame object, one copy
+            if not data:
                 self._peer_closed(conn)
                 continue
-            self._touch(conn, now)
+            if conn.last_active != now:  # once per poll round: a large frame arrives in several messages
+                self._touch(conn, now)
             if conn.tls is None:
-                self._take(conn, frame.bytes, now, jobs)
+                self._take(conn, data, now, jobs)
             else:
-                self._take_tls(conn, frame.bytes, now, jobs)
+                self._take_tls(conn, data, now, jobs)
 
     def _take_tls(self, conn: Connection, data: bytes, now: float, jobs: list[Job]) -> None:
         """Bytes of a TLS connection, or the first bytes of one that may be (they decide, as RocketMQ's
@@ -383,8 +394,11 @@ class StreamEndpoint(Endpoint):
             return
         if records:
             self.send(conn.channel.ident, [records], now, encrypt=False)
-        if session.established and self._handshakes.pop(conn.channel.ident, None) is not None:
+        if not session.established:
+            self._hold_incomplete(conn, TLS_HANDSHAKE_BYTES + session.pending)  # counted like an incomplete frame
+        elif self._handshakes.pop(conn.channel.ident, None) is not None:
             self.handshakes["done"] += 1
+            self._hold_incomplete(conn, conn.decoder.buffered)
             log.debug("tls connection %s: %s established", _peer(conn), session.version)
         if plain:
             self._take(conn, plain, now, jobs)
@@ -449,9 +463,11 @@ class StreamEndpoint(Endpoint):
                 small.append(payload)
                 size += length
                 continue
-            view = memoryview(payload)  # a byte stream may be cut anywhere
-            messages += [(view[start:start + MAX_MESSAGE_BYTES], min(MAX_MESSAGE_BYTES, length - start))
-                         for start in range(0, length, MAX_MESSAGE_BYTES)]
+            # A byte stream may be cut anywhere. Every slice shares the payload (a push goes to every
+            # subscriber alike: copied, the last slice of each would cost each of them its own).
+            view = memoryview(payload)
+            messages += [(zmq.Frame(view[start:start + MAX_MESSAGE_BYTES], copy=False),
+                          min(MAX_MESSAGE_BYTES, length - start)) for start in range(0, length, MAX_MESSAGE_BYTES)]
         if small:
             messages.append((b"".join(small), size))
         return messages
@@ -575,7 +591,9 @@ class RouterEndpoint(Endpoint):
         return messages
 
     def _transmit(self, ident: bytes, message: list[bytes]) -> None:
-        self.socket.send_multipart([ident, *message], zmq.NOBLOCK)
+        # A payload larger than a message travels alone, shared rather than copied (pushes, see
+        # StreamEndpoint._pack); smaller ones are copied, which is cheaper for them.
+        self.socket.send_multipart([ident, *message], zmq.NOBLOCK, copy=len(message[0]) <= MAX_MESSAGE_BYTES)
 
     def _disconnect(self, ident: bytes, conn: Connection | None = None, reset: bool = False) -> None:
         """A ROUTER cannot drop one DEALER: the peer is forgotten and its next message starts anew;

@@ -22,14 +22,18 @@ from namesrv.remoting.codecs import ZMQ_TRANSPORT, Decode, decode_all
 from namesrv.remoting.curve import CurveServer
 from namesrv.remoting.dispatch import RequestDispatcher
 from namesrv.remoting.endpoints import MAX_MESSAGE_BYTES, Endpoint, Job, RouterEndpoint, StreamEndpoint
+from namesrv.remoting.sockets import bytes_written
 from namesrv.remoting.tls import TlsServer
 from namesrv.remoting.zmq_intake import CHECK_PERIOD, IntakeWatch
-from namesrv.remoting.outbox import Delivery, Outbox
+from namesrv.remoting.outbox import Close, Delivery, Outbox
 
 log = logging.getLogger(__name__)
 
 #: Messages taken from one socket per round: bounds how long a flood delays replies and other sockets.
 READ_BUDGET = 2048
+#: Reply bytes sent per round at most (whole batches; the rest waits for the next round): a round of
+#: route-change pushes to many subscribers must not keep the reactor from reading for its whole length.
+DRAIN_BYTES = 4 << 20
 #: How soon a peer whose pipe was full is retried (ZeroMQ gives no per-peer writable event).
 BLOCKED_RETRY_MS = 5
 IDLE_SWEEP_SECONDS = 1.0
@@ -185,16 +189,33 @@ class Reactor:
         """TLS handshakes on the RocketMQ port since start, by result."""
         return dict(self._stream.handshakes) if self._stream is not None else {}
 
-    @property
-    def backlog_limit(self) -> int:
-        """The unsent reply bytes one connection may hold here before it is closed (beside ZeroMQ's pipe)."""
-        return self._max_backlog_bytes()
-
-    def backlog_of(self, channel: Channel) -> int:
-        """Unsent reply bytes queued for one connection (any thread: a racy but safe read)."""
+    def unsent_of(self, channel: Channel) -> int | None:
+        """The reply bytes one connection holds unsent in this process (any thread: racy but safe
+        reads): its backlog here, and what ZeroMQ's pipe holds for it (the bytes handed to ZeroMQ
+        less those the kernel has taken, read off the socket). None once it is closed. The
+        kernel's own send buffer is not counted: the kernel bounds it."""
         endpoint = self._endpoints.get(channel.transport)
         conn = None if endpoint is None else endpoint.connections.get(channel.ident)
-        return 0 if conn is None else conn.backlog_bytes
+        if conn is None:
+            return None
+        held = conn.backlog_bytes
+        if conn.fd is not None:
+            written = bytes_written(conn.fd, conn.channel.remote_addr)
+            if written is None:
+                return None if conn.channel.ident not in endpoint.connections else held
+            held += max(0, conn.handed - written)
+        return held
+
+    def security_of(self, channel: Channel) -> str | None:
+        """A connection's protection: its TLS version, "plain", "CURVE" (ZeroMQ), "undecided" (no byte
+        yet), or None when it is not open here (any thread: a racy but safe read)."""
+        endpoint = self._endpoints.get(channel.transport)
+        conn = None if endpoint is None else endpoint.connections.get(channel.ident)
+        if conn is None:
+            return None
+        if channel.transport != "tcp":
+            return "CURVE" if self._curve is not None else "plain"
+        return "plain" if conn.tls is None else getattr(conn.tls, "version", None) or "undecided"
 
     def connection_counts(self) -> dict[str, int]:
         """Open connections per transport (a snapshot; exact only from the reactor thread or once it stopped)."""
@@ -300,7 +321,7 @@ class Reactor:
                     if jobs:
                         self._deliver(self._dispatcher.dispatch(jobs), now)
                 if wake_fd in events:
-                    self._deliver(self._outbox.drain(), now)
+                    self._deliver(self._outbox.drain(DRAIN_BYTES), now)
                     self._outbox.sent()
                 for endpoint in endpoints:
                     if endpoint.blocked:
@@ -367,9 +388,9 @@ class Reactor:
     def _deliver(self, items: list[Delivery], now: float) -> None:
         """Send posted replies, all of one connection's in one message; then the requested closes."""
         grouped: dict[Channel, list[bytes]] = {}
-        closes: list[tuple[Channel, str]] = []
+        closes: list[tuple[Channel, Close]] = []
         for channel, payload in items:
-            if isinstance(payload, str):
+            if isinstance(payload, Close):
                 closes.append((channel, payload))
             else:
                 batch = grouped.get(channel)
@@ -380,11 +401,11 @@ class Reactor:
         endpoints = self._endpoints
         for channel, payloads in grouped.items():
             endpoints[channel.transport].send(channel.ident, payloads, now)
-        for channel, reason in closes:
+        for channel, close in closes:
             endpoint = endpoints[channel.transport]
             conn = endpoint.connections.get(channel.ident)
             if conn is not None:
-                endpoint.close(conn, "requested", reason)
+                endpoint.close(conn, close.cause, close.reason, reset=close.reset)
 
     def _close_sockets(self, linger_ms: int) -> None:
         if self._monitor is not None:

@@ -245,7 +245,9 @@ class TlsSession:
     What it holds between calls is bounded by the protocol: OpenSSL takes every received byte and
     keeps at most one incomplete record (16 KiB of plaintext and its overhead); the plaintext is
     drained at once into the connection's FrameDecoder, whose incomplete frame counts in the
-    in-flight budget, and the ciphertext out joins the connection's bounded output."""
+    in-flight budget, and the ciphertext out joins the connection's bounded output. Until the
+    handshake is done, the endpoint counts its state in the in-flight budget too
+    (namesrv.remoting.endpoints.TLS_HANDSHAKE_BYTES and `pending`)."""
 
     __slots__ = ("_incoming", "_outgoing", "_tls", "established")
 
@@ -290,6 +292,11 @@ class TlsSession:
         except ssl.SSLError:
             pass  # its close_notify came first: ours is written, not waited for
         return self._outgoing.read()
+
+    @property
+    def pending(self) -> int:
+        """Received bytes OpenSSL has not taken yet."""
+        return self._incoming.pending
 
     @property
     def version(self) -> str | None:

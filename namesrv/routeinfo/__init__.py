@@ -10,6 +10,7 @@ from namesrv.routeinfo.model import (
     BrokerLiveInfo,
     LiveKey,
     MinBrokerIdChange,
+    Registrant,
     RemovedBroker,
     RouteTables,
     now_ms,
@@ -17,6 +18,6 @@ from namesrv.routeinfo.model import (
 
 __all__ = [
     "DEFAULT_BROKER_CHANNEL_EXPIRED_TIME", "SYNC_BROKER_MEMBER_GROUP_PREFIX", "BrokerLiveInfo", "LiveKey",
-    "MinBrokerIdChange", "RemovedBroker", "RouteInfoManager", "RouteTableFull", "RouteTables", "StaleTopicEntries",
-    "now_ms",
+    "MinBrokerIdChange", "Registrant", "RemovedBroker", "RouteInfoManager", "RouteTableFull", "RouteTables",
+    "StaleTopicEntries", "now_ms",
 ]

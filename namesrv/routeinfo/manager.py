@@ -1,16 +1,14 @@
 """The route table (RocketMQ's RouteInfoManager): sans-IO, thread-safe, RocketMQ 5.x semantics.
 
-Five tables as in RocketMQ (reference 4.1) plus the 5.x static-topic mapping table, guarded by one
-readers-writer lock. Callers decode request bodies *before* calling in, so the write lock is
-never held for a JSON parse; and a periodic re-registration identical to the broker's previous
-one is recognised by a fingerprint of its body (`refresh_registration`), so the body need not be
-decoded at all. Encoded route bodies are cached per topic (`RouteBodyCache`); every write
-invalidates exactly the topics whose answer it can change.
+RocketMQ's five tables plus the 5.x static-topic mapping table, under one readers-writer lock.
+The two large ones are objects of their own (namesrv.routeinfo.tables): brokers' liveness
+(`LiveTable`) and topics' queue entries (`QueueTable`), which reports every change it makes to
+`RouteChanges`, the one place that counts changes, drops cached routes (`RouteBodyCache`) and
+records them for the route-change push. This class holds the lock and runs RocketMQ's steps.
 
-Memory matters at RocketMQ issue #4245's scale (300 brokers x 10,000 topics = 3 million queue
-entries): queue data values are interned per broker group, and there is deliberately no
-broker -> topics index (it would cost about as much as the topic table itself). Broker-wide
-operations, all rare (a group leaving, a perm wipe), scan the topic table as RocketMQ does.
+Callers decode request bodies *before* calling in, so the write lock is never held for a JSON
+parse; and a periodic re-registration identical to the broker's previous one is recognised by a
+fingerprint of its body (`refresh_registration`), so the body need not be decoded at all.
 
 Unregistration is synchronous (RocketMQ 4.9.8 style, no batch queue), and the expiry scan and
 channel-close path re-check their condition under the write lock, so a broker that re-registered
@@ -18,21 +16,20 @@ in the meantime is never wiped (RocketMQ 5.x issue #11043).
 
 When a group's lowest broker id changes and notifyMinBrokerIdChanged is on, the change is reported
 as plain data (`MinBrokerIdChange`) to `min_broker_id_listener`; sending it is not this module's
-business (namesrv.broker_notifier).
+business (namesrv.broker_notifier). The warm-restart snapshot's format is namesrv.routeinfo.persist's.
 """
 from __future__ import annotations
 
 import copy
 import logging
-import sys
 import threading
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
-from namesrv.errors import ProtocolError
 from namesrv.protocol.codes import PERM_READ, PERM_WRITE, FLAG_UNIT, FLAG_UNIT_SUB
 from namesrv.protocol.route import (
     MASTER_ID,
@@ -46,21 +43,25 @@ from namesrv.protocol.route import (
 )
 from namesrv.protocol.topic import DataVersion, QueueFields, TopicConfigSerializeWrapper, TopicQueueTable
 from namesrv.routeinfo.cache import DEFAULT_MAX_BYTES, RouteBodyCache
-from namesrv.routeinfo.group_topics import GroupTopics
+from namesrv.routeinfo import history as events
 from namesrv.routeinfo.model import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_TIME,
     BrokerLiveInfo,
     LiveKey,
     MinBrokerIdChange,
+    Registrant,
     RemovedBroker,
     RouteTables,
     now_ms,
 )
 from namesrv.routeinfo.rwlock import ReadWriteLock
+from namesrv.routeinfo.tables import LiveTable, QueueTable, RouteChanges
 from namesrv.routeinfo.zones import zone_key, zone_route
 
 log = logging.getLogger(__name__)
 
+#: The result of a registration that learns no master (a master's, or a slave's whose master is away).
+_NO_MASTER = RegisterBrokerResult()
 #: Topics a broker group uses to sync its members; never rewritten for acting masters (4.7 step 5).
 SYNC_BROKER_MEMBER_GROUP_PREFIX = "rmq_sys_SYNC_BROKER_MEMBER_"
 
@@ -74,11 +75,6 @@ class RouteTableFull(Exception):
     """A registration would pass maxBrokers or maxQueueDatas: refused before it changes anything."""
 
 
-def _timeout(heartbeat_timeout_millis: int | None) -> int:
-    """The header's heartbeat timeout, or RocketMQ's 120 s default."""
-    return DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if heartbeat_timeout_millis is None else heartbeat_timeout_millis
-
-
 class RouteInfoManager:
     """Brokers, their topics and liveness; answers every route and topic-list query."""
 
@@ -87,144 +83,127 @@ class RouteInfoManager:
         self._config = config
         self._clock = clock
         self._lock = ReadWriteLock()
+        self._changes = RouteChanges(RouteBodyCache(route_cache_bytes))
         # The RocketMQ tables.
-        self._topic_queues: dict[str, dict[str, QueueData]] = {}
+        self._queues = QueueTable(self._changes)
         self._brokers: dict[str, BrokerData] = {}
         self._clusters: dict[str, set[str]] = {}
-        self._live: dict[LiveKey, BrokerLiveInfo] = {}
+        self._live = LiveTable()
         self._filters: dict[LiveKey, list[str]] = {}
         self._mappings: dict[str, dict[str, Any]] = {}
-        # Indexes and caches derived from them.
-        self._channel_keys: dict[Channel, set[LiveKey]] = {}
-        #: Per group, its distinct queue entries by (read, write, perm, sysFlag): thousands of topics
-        #: share a few values, and an entry is stored only as its pooled value (so equal is identical).
-        self._queue_pool: dict[str, dict[tuple[int, int, int, int], QueueData]] = {}
-        self._group_topics = GroupTopics(self._topic_queues)
-        self._queue_changes: dict[str, int] = {}  # per group: queue entries ever put or removed (see BrokerLiveInfo)
-        self._queue_datas = 0  # queue entries held: one per topic per group (maxQueueDatas)
         #: Brokers taken out, by cause ("unregistered", "expired", "channel closed"), since start.
         self.removals: dict[str, int] = {}
         #: Registrations since start: "applied" (a topic table read) or "unchanged" (a liveness refresh).
         self.registrations = {"applied": 0, "unchanged": 0}
-        self._route_cache = RouteBodyCache(route_cache_bytes)
-        #: Grows with every change of a topic's route (namesrv.routeinfo.persist saves the tables
-        #: when it moved): liveness refreshes and a new DataVersion alone do not move it.
-        self.route_changes = 0
-        #: Topics whose route changed since the last `take_changes` (None: nobody asked to track them).
-        self._changed: set[str] | None = None
-        self._changed_lock = threading.Lock()
-        #: Set whenever a tracked change is recorded (the route-change publisher waits on it).
-        self.changes_ready = threading.Event()
         #: Told of each change of a group's lowest broker id while notifyMinBrokerIdChanged is on (None:
         #: nobody sends them). Called under the write lock: it must only queue, never block or raise.
         self.min_broker_id_listener: Callable[[MinBrokerIdChange], None] | None = None
+        #: Told the cause and topics of every route change (`watch_routes`), under the write lock.
+        self.route_events: events.RouteHistory | None = None
+
+    @property
+    def config(self) -> NamesrvConfig:
+        return self._config
+
+    def watch_routes(self, history: events.RouteHistory) -> None:
+        """From now on, tell `history` what causes each route change and which topics it changed."""
+        history.bind(self._queues.by_topic, self._clock)
+        self.route_events = history
+        self._changes.listener = history.changed
+
+    def _cause(self, *cause: Any) -> None:
+        """A write that may change routes starts (`RouteHistory.cause`'s arguments)."""
+        if self.route_events is not None:
+            self.route_events.cause(*cause)
+
+    @property
+    def route_changes(self) -> int:
+        """Grows with every change of a topic's route (namesrv.routeinfo.persist saves the tables when it moved)."""
+        return self._changes.count
+
+    @property
+    def changes_ready(self) -> threading.Event:
+        """Set whenever a tracked route change is recorded (the route-change publisher waits on it)."""
+        return self._changes.ready
 
     # ------------------------------------------------------------------ registration
 
-    def register_broker(
-        self,
-        *,
-        cluster_name: str,
-        broker_addr: str,
-        broker_name: str,
-        broker_id: int,
-        ha_server_addr: str | None,
-        wrapper: TopicConfigSerializeWrapper | TopicQueueTable,
-        filter_server_list: list[str] | None,
-        channel: Channel | None,
-        zone_name: str | None = None,
-        heartbeat_timeout_millis: int | None = None,
-        enable_acting_master: bool | None = None,
-        body_fingerprint: Hashable | None = None,
-    ) -> RegisterBrokerResult | None:
+    def register(self, registrant: Registrant, table: TopicConfigSerializeWrapper | TopicQueueTable,
+                 filter_servers: list[str] | None, channel: Channel | None,
+                 fingerprint: Hashable | None = None) -> RegisterBrokerResult | None:
         """RocketMQ 5.x registerBroker (reference 4.2, steps 1-13).
 
-        `wrapper` is the broker's topic table: the server passes a TopicQueueTable (only the queue
+        `table` is the broker's topic table: the server passes a TopicQueueTable (only the queue
         fields of each topic, decoded without TopicConfig objects); a TopicConfigSerializeWrapper
-        is read the same way. Returns None when the single-topic guard refuses the registration
-        (the caller answers "register broker failed"); an empty result when a newer broker holds this id.
-        `body_fingerprint` identifies the undecoded body (anything hashable that changes whenever
-        the decoded wrapper and filter list could): given, the next identical registration can
-        take `refresh_registration`.
+        is read the same way. `filter_servers` None leaves the broker's as they are. Returns None
+        when the single-topic guard refuses the registration (the caller answers "register broker
+        failed"); an empty result when a newer broker holds this id. `fingerprint` identifies the
+        undecoded body (anything hashable that changes whenever the decoded table and filter list
+        could): given, the next identical registration can take `refresh`.
         """
-        registration = (body_fingerprint, broker_name, broker_id, ha_server_addr, zone_name,
-                        heartbeat_timeout_millis, enable_acting_master)
         with self._lock.write:
-            return self._register_locked(cluster_name, broker_addr, broker_name, broker_id, ha_server_addr, wrapper,
-                                         filter_server_list, channel, zone_name, heartbeat_timeout_millis,
-                                         enable_acting_master, None if body_fingerprint is None else registration)
+            return self._register_locked(registrant, table, filter_servers, channel,
+                                         None if fingerprint is None else (registrant, fingerprint))
 
-    def refresh_registration(
-        self,
-        *,
-        cluster_name: str,
-        broker_addr: str,
-        broker_name: str,
-        broker_id: int,
-        ha_server_addr: str | None,
-        body_fingerprint: Hashable,
-        channel: Channel | None,
-        zone_name: str | None = None,
-        heartbeat_timeout_millis: int | None = None,
-        enable_acting_master: bool | None = None,
-    ) -> RegisterBrokerResult | None:
+    def refresh(self, registrant: Registrant, fingerprint: Hashable,
+                channel: Channel | None) -> RegisterBrokerResult | None:
         """The periodic re-registration of an unchanged broker, without decoding its body.
 
-        Applies only when `register_broker` would change nothing but liveness and the channel:
-        the same header and body fingerprint as this broker's last registration, its group still
-        as that registration left it, and (for a member that applies topics) none of the group's
-        queue entries changed since, so no topic is missing that the body would restore. Returns
-        that registration's result, or None: then decode the body and call `register_broker`.
+        Applies only when `register` would change nothing but liveness and the channel: the same
+        registrant and body fingerprint as this broker's last registration, its group still as that
+        registration left it, and (for a member that applies topics) none of the group's queue
+        entries changed since, so no topic is missing that the body would restore. Returns that
+        registration's result, or None: then decode the body and call `register`.
         """
-        registration = (body_fingerprint, broker_name, broker_id, ha_server_addr, zone_name,
-                        heartbeat_timeout_millis, enable_acting_master)
-        key = (cluster_name, broker_addr)
+        key = (registrant.cluster_name, registrant.broker_addr)
+        broker_name, broker_id = registrant.broker_name, registrant.broker_id
         with self._lock.write:
-            live = self._live.get(key)
+            live = self._live.by_key.get(key)
+            if live is None or live.registration != (registrant, fingerprint):
+                return None
             group = self._brokers.get(broker_name)
-            if (live is None or live.registration != registration or group is None
-                    or group.broker_addrs.get(broker_id) != broker_addr
-                    or broker_name not in self._clusters.get(cluster_name, ())
-                    or group.enable_acting_master != bool(enable_acting_master) or group.zone_name != zone_name
+            acting = registrant.enable_acting_master
+            if (group is None or group.broker_addrs.get(broker_id) != registrant.broker_addr
+                    or broker_name not in self._clusters.get(registrant.cluster_name, ())
+                    or group.enable_acting_master != bool(acting) or group.zone_name != registrant.zone_name
                     or self._config.delete_topic_with_broker_registration):
                 return None
-            applies_topics = broker_id == MASTER_ID or (
-                enable_acting_master is not None and broker_id == min(group.broker_addrs))
-            if applies_topics and not (live.topics_applied and self._queues_unchanged_since(live, broker_name)):
+            applies_topics = broker_id == MASTER_ID or (acting is not None and broker_id == min(group.broker_addrs))
+            if applies_topics and not (live.topics_applied
+                                       and live.queue_changes_seen == self._queues.changes_of(broker_name)):
                 return None
             live.last_update_timestamp = self._clock()
-            if live.channel != channel:
-                self._set_live(key, replace(live, channel=channel))
+            if live.channel is not channel and live.channel != channel:
+                self._live.set_channel(key, live, channel)
             self.registrations["unchanged"] += 1
-            return self._master_of_locked(group, cluster_name, broker_id)
+            return _NO_MASTER if broker_id == MASTER_ID else self._master_of_locked(group, registrant.cluster_name,
+                                                                                    broker_id)
 
-    def topic_entries(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int) -> bytes | None:
+    def topic_entries(self, registrant: Registrant) -> bytes | None:
         """The topic entries of this master's last registration when the route table still holds
-        exactly them (no lock: a hint for `decode_registration`'s `previous`, which
-        `register_broker` checks again under it)."""
-        live = self._live.get((cluster_name, broker_addr))
+        exactly them (no lock: a hint for `decode_registration`'s `previous`, which `register`
+        checks again under it)."""
+        live = self._live.by_key.get((registrant.cluster_name, registrant.broker_addr))
         entries = None if live is None else live.topic_entries
-        return entries if self._holds_entries_locked(cluster_name, broker_addr, broker_name, broker_id, entries) \
-            else None
+        return entries if self._holds_entries_locked(registrant, entries) else None
 
     def registration_fingerprint(self, cluster_name: str, broker_addr: str) -> Hashable | None:
         """The body fingerprint of this broker's last registration, if it gave one (no lock: a
-        hint for whether `refresh_registration` is worth trying, which checks again under it)."""
-        live = self._live.get((cluster_name, broker_addr))
+        hint for whether `refresh` is worth trying, which checks again under it)."""
+        live = self._live.by_key.get((cluster_name, broker_addr))
         registration = None if live is None else live.registration
-        return None if registration is None else registration[0]
+        return None if registration is None else registration[1]
 
-    def _register_locked(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
-                         ha_server_addr: str | None, wrapper: TopicConfigSerializeWrapper | TopicQueueTable,
-                         filter_server_list: list[str] | None, channel: Channel | None, zone_name: str | None,
-                         heartbeat_timeout_millis: int | None, enable_acting_master: bool | None,
-                         registration: tuple | None) -> RegisterBrokerResult | None:
+    def _register_locked(self, registrant: Registrant, wrapper: TopicConfigSerializeWrapper | TopicQueueTable,
+                         filter_server_list: list[str] | None, channel: Channel | None,
+                         registration: tuple[Registrant, Hashable] | None) -> RegisterBrokerResult | None:
+        (cluster_name, broker_addr, broker_name, broker_id, ha_server_addr, heartbeat_timeout_millis,
+         enable_acting_master, zone_name) = registrant
         group = self._brokers.get(broker_name)
         topics = wrapper.queue_fields()
         decoded = wrapper if isinstance(wrapper, TopicQueueTable) else None  # only a decoded table has entries
         omitted = 0 if decoded is None else decoded.omitted
-        if omitted and not self._holds_entries_locked(cluster_name, broker_addr, broker_name, broker_id,
-                                                      decoded.omitted_since):
+        if omitted and not self._holds_entries_locked(registrant, decoded.omitted_since):
             raise StaleTopicEntries(f"{broker_name}[{broker_id}] {broker_addr}: the route table changed since "
                                     f"the entries {omitted} topics were left out against")
         # Step 7, checked first: an incremental single-topic registration must follow a full one
@@ -234,7 +213,11 @@ class RouteInfoManager:
                         broker_name, broker_id, broker_addr, list(topics))
             return None
         self._check_room_locked((cluster_name, broker_addr), broker_name, topics)
-        self._clusters.setdefault(cluster_name, set()).add(broker_name)  # step 1
+        self._cause(events.REGISTERED, cluster_name, broker_addr, broker_name, broker_id, channel)
+        names = self._clusters.get(cluster_name)  # step 1
+        if names is None:
+            names = self._clusters[cluster_name] = set()
+        names.add(broker_name)
         register_first = group is None  # step 2
         if group is None:
             group = self._brokers[broker_name] = BrokerData(cluster_name, broker_name, {})
@@ -252,25 +235,25 @@ class RouteInfoManager:
         # Step 6: a different, live address with a newer stateVersion already holds this id.
         old_addr = group.broker_addrs.get(broker_id)
         if old_addr is not None and old_addr != broker_addr:
-            old_live = self._live.get((cluster_name, old_addr))
+            old_live = self._live.by_key.get((cluster_name, old_addr))
             if old_live is not None and old_live.data_version.state_version > wrapper.data_version.state_version:
                 log.warning("refused registration of %s[%d] %s: %s holds the id with stateVersion %d > %d",
                             broker_name, broker_id, broker_addr, old_addr, old_live.data_version.state_version,
                             wrapper.data_version.state_version)
-                self._drop_live((cluster_name, broker_addr))
+                self._live.drop((cluster_name, broker_addr))
                 self._set_filters((cluster_name, broker_addr), [])
                 if group_changed:
-                    self._invalidate_broker(broker_name)
-                return RegisterBrokerResult()
+                    self._queues.group_changed(broker_name)
+                return _NO_MASTER
         group.broker_addrs[broker_id] = broker_addr  # step 8
         if old_addr != broker_addr:
             group_changed = True
         register_first = register_first or not old_addr
         if group_changed:
-            self._invalidate_broker(broker_name)
+            self._queues.group_changed(broker_name)
 
         key = (cluster_name, broker_addr)
-        previous = self._live.get(key)
+        previous = self._live.by_key.get(key)
         version_changed = previous is None or previous.data_version != wrapper.data_version
         is_master = broker_id == MASTER_ID  # step 9
         is_prime_slave = not old_version_broker and not is_master and broker_id == min(group.broker_addrs)
@@ -281,9 +264,10 @@ class RouteInfoManager:
         # A master's table applied in full (a new DataVersion) is what the route table now holds.
         entries = decoded.entries if decoded is not None and is_master and (register_first or version_changed) \
             else None
-        self._set_live(key, BrokerLiveInfo(  # step 11
-            self._clock(), _timeout(heartbeat_timeout_millis), wrapper.data_version, channel, ha_server_addr,
-            registration, is_master or is_prime_slave, self._queue_changes.get(broker_name, 0), entries))
+        self._live.set(key, BrokerLiveInfo(  # step 11
+            self._clock(), DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if heartbeat_timeout_millis is None
+            else heartbeat_timeout_millis, wrapper.data_version, channel, ha_server_addr, registration,
+            is_master or is_prime_slave, self._queues.changes_of(broker_name), entries))
         if previous is None:
             log.info("new broker registered: %s[%d] %s of cluster %s, HA %s", broker_name, broker_id, broker_addr,
                      cluster_name, ha_server_addr)
@@ -298,113 +282,91 @@ class RouteInfoManager:
         """RouteTableFull if registering `key` would pass maxBrokers, or its topics maxQueueDatas
         (counted as if it applied them all: a slave's may become its group's table)."""
         config = self._config
-        if key not in self._live and len(self._live) >= config.max_brokers:
+        if key not in self._live.by_key and len(self._live) >= config.max_brokers:
             raise RouteTableFull(f"{len(self._live)} brokers are registered, maxBrokers={config.max_brokers}")
-        if self._queue_datas + len(topics) > config.max_queue_datas:  # else no need to count
-            topic_queues = self._topic_queues
-            self._check_queue_room_locked(sum(1 for fields in topics.values()
-                                              if broker_name not in topic_queues.get(fields[0], ())))
+        if self._queues.count + len(topics) > config.max_queue_datas:  # else no need to count
+            self._check_queue_room_locked(self._queues.new_entries(broker_name, (f[0] for f in topics.values())))
 
     def _check_queue_room_locked(self, new: int) -> None:
         """RouteTableFull if `new` more queue entries would pass maxQueueDatas."""
         limit = self._config.max_queue_datas
-        if self._queue_datas + new > limit:
+        if self._queues.count + new > limit:
             raise RouteTableFull(f"{new} new topic queue entries would pass maxQueueDatas={limit} "
-                                 f"({self._queue_datas} held)")
+                                 f"({self._queues.count} held)")
 
-    def _holds_entries_locked(self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int,
-                              entries: bytes | None) -> bool:  # also called without the lock, for a hint
+    def _holds_entries_locked(self, registrant: Registrant, entries: bytes | None) -> bool:  # also lock-free (a hint)
         """Does the route table still hold exactly the topic entries this master registered last
         as `entries`, so that the entries of a new registration found unchanged against them need
         no applying? (Equal entries — compared by value, as a worker process gets them through
         the write log —, the same group and id, and no change to the group's queue entries since;
         the deleting mode needs every topic listed.)"""
-        live = self._live.get((cluster_name, broker_addr))
-        return (live is not None and entries is not None and live.topic_entries == entries
-                and live.registration is not None and live.registration[1:3] == (broker_name, broker_id)
-                and self._queues_unchanged_since(live, broker_name)
+        live = self._live.by_key.get((registrant.cluster_name, registrant.broker_addr))
+        if live is None or entries is None or live.topic_entries != entries or live.registration is None:
+            return False
+        registered = live.registration[0]
+        return (registered.broker_name == registrant.broker_name and registered.broker_id == registrant.broker_id
+                and self._queues_unchanged_since(live, registrant.broker_name)
                 and not self._config.delete_topic_with_broker_registration)
 
     def _queues_unchanged_since(self, live: BrokerLiveInfo, broker_name: str) -> bool:
         """Has no queue entry of the group been put or removed since `live` was registered?"""
-        return live.queue_changes_seen == self._queue_changes.get(broker_name, 0)
+        return live.queue_changes_seen == self._queues.changes_of(broker_name)
 
     def _master_of_locked(self, group: BrokerData, cluster_name: str, broker_id: int) -> RegisterBrokerResult:
         """A slave learns its live master's address and HA address."""
-        result = RegisterBrokerResult()
         if broker_id != MASTER_ID:
             master_addr = group.broker_addrs.get(MASTER_ID)
-            master_live = None if master_addr is None else self._live.get((cluster_name, master_addr))
+            master_live = None if master_addr is None else self._live.by_key.get((cluster_name, master_addr))
             if master_live is not None:
-                result.master_addr = master_addr
-                result.ha_server_addr = master_live.ha_server_addr
-        return result
+                return RegisterBrokerResult(master_live.ha_server_addr, master_addr)
+        return _NO_MASTER
 
     def _apply_topic_configs(self, broker_name: str, table: dict[str, QueueFields], listed: int,
                              mappings: dict[str, Any], register_first: bool, version_changed: bool,
                              wipe_write: bool) -> None:
         """Step 10: queue data of a master's (or acting prime slave's) topic table (`listed`
         topics, of which `table` has those not left out as unchanged)."""
+        queues = self._queues
         if self._config.delete_topic_with_broker_registration and not mappings:
-            for topic in [t for t in self._topics_of(broker_name) if t not in table]:
-                self._remove_queue(topic, broker_name)
-        changed: list[str] = []
-        created = 0
-        topic_queues = self._topic_queues
-        pool = self._queue_pool.setdefault(broker_name, {})
+            queues.remove_topics(broker_name, [t for t in queues.topics_of(broker_name) if t not in table])
         apply_all = register_first or version_changed
-        for topic, read, write, perm, sys_flag in table.values():
-            queues = topic_queues.get(topic)
-            current = None if queues is None else queues.get(broker_name)
-            if current is not None and not apply_all:
-                continue
-            if wipe_write:
-                perm &= ~PERM_WRITE
-            queue = pool.get((read, write, perm, sys_flag))
-            if queue is None:
-                queue = self._pooled(broker_name, read, write, perm, sys_flag)
-            elif queue is current:
-                continue  # unchanged (most topics of a new data version)
-            self._set_queue(topic, queue)
-            changed.append(topic)
-            created += current is None
+        changed, created = queues.put_all(broker_name, table.values(), apply_all, wipe_write)
         if changed:
-            self._routes_changed(changed)
             # New topics are news; changes of existing ones can come with every registration (a broker
             # changing a topic per DataVersion): at INFO they cost the reactor more than the registration.
             log.log(logging.INFO if created else logging.DEBUG, "broker %s: %d of %d topics created, %d changed",
-                    broker_name, created, listed, len(changed) - created)
-        if apply_all:
+                    broker_name, created, listed, changed - created)
+        if apply_all and mappings:
             for topic, info in mappings.items():
                 bname = info.get("bname") if isinstance(info, dict) else None
                 if not isinstance(bname, str):
                     log.warning("broker %s: static-topic mapping of %s has no bname, ignored", broker_name, topic)
                     continue
                 self._mappings.setdefault(topic, {})[bname] = info
-                self._routes_changed((topic,))
+                self._changes.topics((topic,))
 
     def query_data_version(self, cluster_name: str, broker_addr: str,
                            data_version: DataVersion | None) -> tuple[bool, DataVersion | None]:
-        """(changed, the NameServer's copy); refreshes the broker's liveness like a heartbeat.
-
-        Only a timestamp changes, so the read lock suffices (the expiry scan re-checks under the
-        write lock).
-        """
-        with self._lock.read:
-            live = self._live.get((cluster_name, broker_addr))
-            if live is None:
-                return True, None
-            live.last_update_timestamp = self._clock()
-            return live.data_version != data_version, live.data_version
+        """(changed, the NameServer's copy); refreshes the broker's liveness like a heartbeat
+        (`update_broker_timestamp`, whose lock-free reasoning holds here too)."""
+        live = self._live.by_key.get((cluster_name, broker_addr))
+        if live is None:
+            return True, None
+        live.last_update_timestamp = self._clock()
+        return live.data_version != data_version, live.data_version
 
     def update_broker_timestamp(self, cluster_name: str, broker_addr: str) -> bool:
-        """BROKER_HEARTBEAT: refresh liveness of a registered broker; False if it is unknown."""
-        with self._lock.read:
-            live = self._live.get((cluster_name, broker_addr))
-            if live is None:
-                return False
-            live.last_update_timestamp = self._clock()
-            return True
+        """BROKER_HEARTBEAT: refresh liveness of a registered broker; False if it is unknown.
+
+        Without the lock: the lookup and the store are each atomic, and a writer racing with them
+        (a registration replacing the live entry, the expiry scan removing it after its re-check)
+        leaves the tables as if the heartbeat had come just before or just after it; the answer is
+        the same either way."""
+        live = self._live.by_key.get((cluster_name, broker_addr))
+        if live is None:
+            return False
+        live.last_update_timestamp = self._clock()
+        return True
 
     # ------------------------------------------------------------------ unregistration
 
@@ -412,7 +374,7 @@ class RouteInfoManager:
                           broker_id: int | None = None) -> RemovedBroker:
         """UNREGISTER_BROKER, applied at once (the broker itself asks, so no freshness check)."""
         with self._lock.write:
-            live = self._live.get((cluster_name, broker_addr))
+            live = self._live.by_key.get((cluster_name, broker_addr))
             removed = self._unregister_locked("unregistered", cluster_name, broker_addr, broker_name, broker_id,
                                               None if live is None else live.channel)
         log.info("%s", removed)
@@ -426,13 +388,13 @@ class RouteInfoManager:
         """
         now = self._clock() if now is None else now
         with self._lock.read:
-            expired = [key for key, live in self._live.items() if live.expired(now)]
+            expired = self._live.expired(now)
         if not expired:
             return []
         removed = []
         with self._lock.write:
-            for key in expired:
-                live = self._live.get(key)
+            for key, _ in expired:
+                live = self._live.by_key.get(key)
                 if live is not None and live.expired(now):
                     removed.append(self._unregister_live_locked("expired", key, live))
         for broker in removed:
@@ -445,12 +407,12 @@ class RouteInfoManager:
         Worker processes do not expire brokers on their own: each proposes these to the write log
         and every worker applies `expire_if_unchanged` in the log's order, so all agree."""
         with self._lock.read:
-            return [(key, live.last_update_timestamp) for key, live in self._live.items() if live.expired(now)]
+            return self._live.expired(now)
 
     def expire_if_unchanged(self, key: LiveKey, last_update_timestamp: int) -> RemovedBroker | None:
         """Expire the broker if it was not refreshed since it was found silent at `last_update_timestamp`."""
         with self._lock.write:
-            live = self._live.get(key)
+            live = self._live.by_key.get(key)
             if live is None or live.last_update_timestamp != last_update_timestamp:
                 return None
             removed = self._unregister_live_locked("expired", key, live)
@@ -460,18 +422,18 @@ class RouteInfoManager:
     def channels(self) -> list[Channel]:
         """The connections current registrations came over."""
         with self._lock.read:
-            return list(self._channel_keys)
+            return self._live.channels()
 
     def on_channel_destroy(self, channel: Channel) -> list[RemovedBroker]:
         """A connection closed: remove the brokers whose *current* registration came over it."""
         with self._lock.read:
-            keys = list(self._channel_keys.get(channel, ()))
+            keys = self._live.keys_of(channel)
         if not keys:
             return []
         removed = []
         with self._lock.write:
             for key in keys:
-                live = self._live.get(key)
+                live = self._live.by_key.get(key)
                 if live is not None and live.channel == channel:
                     removed.append(self._unregister_live_locked("channel closed", key, live))
         for broker in removed:
@@ -493,7 +455,8 @@ class RouteInfoManager:
                            broker_id: int | None, channel: Channel | None) -> RemovedBroker:
         """RocketMQ 5.x unRegisterBroker for one request plus its topic sweep (reference 4.4)."""
         key = (cluster_name, broker_addr)
-        self._drop_live(key)
+        live = self._live.drop(key)
+        self._cause(reason, cluster_name, broker_addr, broker_name, broker_id, channel, live)
         self._set_filters(key, [])
         group = None if broker_name is None else self._brokers.get(broker_name)
         if group is not None:
@@ -501,7 +464,7 @@ class RouteInfoManager:
             held_min_id = bool(addrs) and addrs[min(addrs)] == broker_addr
             for stale_id in [i for i, addr in addrs.items() if addr == broker_addr]:
                 del addrs[stale_id]
-                self._invalidate_broker(group.broker_name)
+                self._queues.group_changed(group.broker_name)
             if not addrs:
                 self._remove_broker_group(group.broker_name)
             elif group.enable_acting_master:
@@ -529,49 +492,49 @@ class RouteInfoManager:
             if not names:
                 del self._clusters[cluster_name]
                 log.info("cluster %s removed: no broker left", cluster_name)
-        for topic in self._topics_of(broker_name):
-            self._remove_queue(topic, broker_name)
-        self._queue_pool.pop(broker_name, None)
-        self._group_topics.forget(broker_name)
-        for topic in [t for t, infos in self._mappings.items() if broker_name in infos]:
+        self._queues.remove_group(broker_name)
+        mapped = [t for t, infos in self._mappings.items() if broker_name in infos]
+        for topic in mapped:
             infos = self._mappings[topic]
             del infos[broker_name]
             if not infos:
                 del self._mappings[topic]
-            self._routes_changed((topic,))
+        if mapped:
+            self._changes.topics(mapped)
         log.info("broker group %s removed", broker_name)
 
     # ------------------------------------------------------------------ admin operations
 
-    def wipe_write_perm_of_broker(self, broker_name: str | None) -> int:
+    def wipe_write_perm_of_broker(self, broker_name: str | None, requester: str | None = None) -> int:
         """Clear the WRITE bit of every queue of the group; returns how many topics it serves."""
         with self._lock.write:
+            self._cause(events.WRITE_PERM_WIPED, None, None, broker_name, None, None, None, requester)
             return self._operate_write_perm(broker_name, lambda perm: perm & ~PERM_WRITE)
 
-    def add_write_perm_of_broker(self, broker_name: str | None) -> int:
+    def add_write_perm_of_broker(self, broker_name: str | None, requester: str | None = None) -> int:
         """Set every queue of the group to READ|WRITE (other bits are lost, as in RocketMQ)."""
         with self._lock.write:
+            self._cause(events.WRITE_PERM_ADDED, None, None, broker_name, None, None, None, requester)
             return self._operate_write_perm(broker_name, lambda perm: PERM_READ | PERM_WRITE)
 
     def _operate_write_perm(self, broker_name: str | None, new_perm: Callable[[int], int]) -> int:
-        topics = self._topics_of(broker_name) if broker_name is not None else []
-        for topic in topics:
-            queue = self._topic_queues[topic][broker_name]
-            self._put_queue(topic, QueueData(broker_name, queue.read_queue_nums, queue.write_queue_nums,
-                                             new_perm(queue.perm), queue.topic_sys_flag))
+        queues = self._queues
+        topics = queues.topics_of(broker_name) if broker_name is not None else []
+        by_topic = queues.by_topic
+        queues.put_all(broker_name, [(topic, read, write, new_perm(perm), sys_flag) for topic in topics
+                                     for read, write, perm, sys_flag in (by_topic[topic][broker_name],)], True, False)
         return len(topics)
 
-    def delete_topic(self, topic: str, cluster_name: str | None = None) -> None:
+    def delete_topic(self, topic: str, cluster_name: str | None = None, requester: str | None = None) -> None:
         """Drop the topic, or only its queues on the brokers of `cluster_name`."""
         with self._lock.write:
-            if cluster_name:
-                for broker_name in list(self._clusters.get(cluster_name, ())):
-                    self._remove_queue(topic, broker_name)
-            else:
-                for broker_name in list(self._topic_queues.get(topic, ())):
-                    self._remove_queue(topic, broker_name)
+            self._cause(events.TOPIC_DELETED, cluster_name, None, None, None, None, None, requester)
+            queues = self._queues
+            groups = list(self._clusters.get(cluster_name, ()) if cluster_name else queues.by_topic.get(topic, ()))
+            for broker_name in groups:
+                queues.remove(topic, broker_name)
 
-    def register_topic(self, topic: str, queue_datas: Iterable[QueueData]) -> None:
+    def register_topic(self, topic: str, queue_datas: Iterable[QueueData], requester: str | None = None) -> None:
         """REGISTER_TOPIC_IN_NAMESRV: queue data of existing brokers only.
 
         As RocketMQ: a new topic is created only if every named broker exists; for an existing
@@ -579,14 +542,16 @@ class RouteInfoManager:
         """
         queue_datas = list(queue_datas)
         with self._lock.write:
-            if topic not in self._topic_queues and any(q.broker_name not in self._brokers for q in queue_datas):
+            self._cause(events.TOPIC_REGISTERED, None, None, None, None, None, None, requester)
+            by_topic = self._queues.by_topic
+            if topic not in by_topic and any(q.broker_name not in self._brokers for q in queue_datas):
                 return
-            queues = self._topic_queues.get(topic, {})
+            queues = by_topic.get(topic, {})
             self._check_queue_room_locked(sum(1 for queue in queue_datas if queue.broker_name not in queues))
             for queue in queue_datas:
                 if queue.broker_name not in self._brokers:
                     return
-                self._put_queue(topic, queue)
+                self._queues.put(topic, queue)
 
     # ------------------------------------------------------------------ queries
 
@@ -608,7 +573,7 @@ class RouteInfoManager:
         acting = self._config.support_acting_master  # read once: the stamp must describe the body
         stamp = (order_topic_conf, acting)
         variant = standard if zone is None else (standard, zone_key(zone))
-        body = self._route_cache.get(topic, variant, stamp)
+        body = self._changes.cache.get(topic, variant, stamp)
         if body is not None:
             return body
         with self._lock.read:
@@ -621,7 +586,7 @@ class RouteInfoManager:
                 route, cache = zone_route(route, zone)
             body = route.encode(standard)
             if cache:
-                self._route_cache.put(topic, variant, stamp, body)
+                self._changes.cache.put(topic, variant, stamp, body)
         return body
 
     def cached_topic_route_bodies(self, queries: Iterable[object], query_type: type,
@@ -630,15 +595,15 @@ class RouteInfoManager:
         type) when its answer is cached, else None, `order_topic_conf` giving each topic's (None: no
         topic has one): never locks the route table (reactor-safe)."""
         acting = self._config.support_acting_master
-        cache = self._route_cache
+        cache = self._changes.cache
         if order_topic_conf is None:
             return cache.get_many(queries, (None, acting), query_type)
         return [cache.get(query[0], query[1], (order_topic_conf(query[0]), acting)) if type(query) is query_type
                 else None for query in queries]
 
     def _pickup_locked(self, topic: str, acting: bool) -> TopicRouteData | None:
-        queues = self._topic_queues.get(topic)
-        if not queues:
+        queues = self._queues.queues_of(topic)
+        if queues is None:
             return None
         groups = [self._brokers[name].copy() for name in queues if name in self._brokers]
         if not groups:
@@ -681,12 +646,12 @@ class RouteInfoManager:
 
     def all_topics(self) -> TopicList:
         with self._lock.read:
-            return TopicList(list(self._topic_queues))
+            return TopicList(list(self._queues.by_topic))
 
     def topics_by_cluster(self, cluster_name: str | None) -> TopicList:
         with self._lock.read:
             names = self._clusters.get(cluster_name, set()) if cluster_name is not None else set()
-            return TopicList([topic for topic, queues in self._topic_queues.items() if not names.isdisjoint(queues)])
+            return TopicList([topic for topic, queues in self._queues.by_topic.items() if not names.isdisjoint(queues)])
 
     def system_topics(self) -> TopicList:
         """Cluster and broker names (brokers auto-create topics so named) plus one broker address."""
@@ -711,15 +676,27 @@ class RouteInfoManager:
     def _topics_by_flag(self, selected: Callable[[int], bool]) -> TopicList:
         """Topics whose *first* queue data's sys flag is selected, as RocketMQ decides."""
         with self._lock.read:
-            return TopicList([topic for topic, queues in self._topic_queues.items()
-                              if selected(next(iter(queues.values())).topic_sys_flag)])
+            return TopicList([topic for topic, queues in self._queues.by_topic.items()
+                              if selected(next(iter(queues.values()))[3])])  # an Entry's topicSysFlag
 
     def sizes(self) -> dict[str, int]:
         """How much the route table holds (no lock: each count is read at once)."""
-        return {"brokers": len(self._live), "clusters": len(self._clusters), "brokerGroups": len(self._brokers),
-                "topics": len(self._topic_queues), "queueDatas": self._queue_datas}
+        return {"brokers": len(self._live.by_key), "clusters": len(self._clusters), "brokerGroups": len(self._brokers),
+                "topics": len(self._queues.by_topic), "queueDatas": self._queues.count}
+
+    # ------------------------------------------------------------------ copies of the tables
+
+    @contextmanager
+    def reading(self) -> Iterator[RouteTables]:
+        """The live tables themselves (not copies) under the read lock, for a reader that copies only
+        what it needs (namesrv.routeinfo.persist); nothing may change them. The topic table holds
+        the stored entries: (readQueueNums, writeQueueNums, perm, topicSysFlag) tuples."""
+        with self._lock.read:
+            yield RouteTables(self._queues.by_topic, self._brokers, self._clusters, self._live.by_key, self._filters,
+                              self._mappings)
 
     def snapshot(self) -> RouteTables:
+        """A deep copy of every table, taken under one read lock."""
         with self._lock.read:
             return self._snapshot_locked()
 
@@ -727,208 +704,64 @@ class RouteInfoManager:
         """A snapshot and the per-group queue-change counts, under one read lock: what a restarted
         worker process copies from a sibling (namesrv.writelog.snapshot) to serve what it serves."""
         with self._lock.read:
-            return self._snapshot_locked(), dict(self._queue_changes)
-
-    def export_routes(self) -> dict[str, Any]:
-        """The topology under one read lock, for a warm restart (namesrv.routeinfo.persist): groups,
-        clusters, queue entries, filter servers, static-topic mappings and each broker's address, HA
-        address, timeout and DataVersion; not connections, liveness or shortcuts. Plain data except
-        "queues": (topic, [QueueData, ...]) pairs, the immutable entries themselves, which the saver
-        turns into rows one topic at a time (10 million rows made at once would hold a gigabyte)."""
-        with self._lock.read:  # copies of the containers only (QueueData is immutable): writers wait less
-            routes = {
-                "clusters": {cluster: sorted(names) for cluster, names in self._clusters.items()},
-                "groups": [[g.cluster, g.broker_name, list(g.broker_addrs.items()), g.enable_acting_master, g.zone_name]
-                           for g in self._brokers.values()],
-                "live": [[cluster, addr, live.ha_server_addr, live.heartbeat_timeout_millis,
-                          live.data_version.to_dict()] for (cluster, addr), live in self._live.items()],
-                "filters": [[cluster, addr, list(servers)] for (cluster, addr), servers in self._filters.items()],
-                "mappings": {topic: dict(infos) for topic, infos in self._mappings.items()},
-            }
-            routes["queues"] = [(topic, list(by_group.values())) for topic, by_group in self._topic_queues.items()]
-        return routes
-
-    def restore_routes(self, routes: dict[str, Any], now: int) -> dict[str, int]:
-        """Replace every table by an `export_routes` result; each broker counts as registered at `now`
-        (no connection yet). ValueError, changing nothing, for data that is not such a result or
-        holds more than maxBrokers / maxQueueDatas. Returns the sizes restored."""
-        config = self._config
-        try:
-            live = {(cluster, addr): BrokerLiveInfo(now, timeout, DataVersion.from_dict(version), None, ha)
-                    for cluster, addr, ha, timeout, version in routes["live"]}
-            topics = {topic: {name: QueueData(name, read, write, perm, flag) for name, read, write, perm, flag in rows}
-                      for topic, rows in routes["queues"]}
-            tables = RouteTables(
-                topics,
-                {name: BrokerData(cluster, name, {int(i): addr for i, addr in addrs}, bool(acting), zone)
-                 for cluster, name, addrs, acting, zone in routes["groups"]},
-                {cluster: set(names) for cluster, names in routes["clusters"].items()},
-                live,
-                {(cluster, addr): list(servers) for cluster, addr, servers in routes["filters"]},
-                {topic: dict(infos) for topic, infos in routes["mappings"].items()})
-        except (KeyError, TypeError, ValueError, ProtocolError) as exc:
-            raise ValueError(f"not a route table: {type(exc).__name__}: {exc}") from None
-        queue_datas = sum(map(len, topics.values()))
-        if len(live) > config.max_brokers or queue_datas > config.max_queue_datas:
-            raise ValueError(f"{len(live)} brokers and {queue_datas} queue entries: more than maxBrokers "
-                             f"({config.max_brokers}) or maxQueueDatas ({config.max_queue_datas})")
-        self.import_tables(tables, {})
-        return self.sizes()
+            return self._snapshot_locked(), self._queues.group_changes()
 
     def import_tables(self, tables: RouteTables, queue_changes: dict[str, int]) -> None:
         """Replace every table by an `export_tables` result (taken over, not copied); the derived
         indexes are rebuilt and every cached route dropped."""
         with self._lock.write:
-            interned = {sys.intern(topic): queues for topic, queues in tables.topic_queue_table.items()}
-            for mine, theirs in ((self._topic_queues, interned),
-                                 (self._brokers, tables.broker_addr_table),
+            self._cause(events.TABLES_REPLACED)
+            for mine, theirs in ((self._brokers, tables.broker_addr_table),
                                  (self._clusters, tables.cluster_addr_table),
                                  (self._filters, tables.filter_server_table),
-                                 (self._mappings, tables.topic_queue_mapping_info_table),
-                                 (self._queue_changes, queue_changes)):
+                                 (self._mappings, tables.topic_queue_mapping_info_table)):
                 mine.clear()
                 mine.update(theirs)
-            self._live.clear()
-            self._channel_keys.clear()
-            for key, live in tables.broker_live_table.items():
-                self._set_live(key, live)
-            self._queue_pool.clear()
-            for queues in self._topic_queues.values():
-                for broker_name, queue in queues.items():
-                    queues[broker_name] = self._pooled(broker_name, queue.read_queue_nums, queue.write_queue_nums,
-                                                       queue.perm, queue.topic_sys_flag)
-            self._queue_datas = sum(map(len, self._topic_queues.values()))
-            self._group_topics.rebuild()
-            self._routes_changed(set(self._route_cache.topics()) | (set(self._topic_queues)
-                                                                   if self._changed is not None else set()))
+            self._live.replace(tables.broker_live_table)
+            self._queues.replace(tables.topic_queue_table, queue_changes)
 
     def _snapshot_locked(self) -> RouteTables:
-        return RouteTables(copy.deepcopy(self._topic_queues), {n: g.copy() for n, g in self._brokers.items()},
+        queues = self._queues
+        return RouteTables({topic: queues.queues_of(topic) for topic in queues.by_topic},  # shared, immutable entries
+                           {n: g.copy() for n, g in self._brokers.items()},
                            {c: set(names) for c, names in self._clusters.items()},
                            {k: replace(v) for k, v in self._live.items()},
                            {k: list(v) for k, v in self._filters.items()}, copy.deepcopy(self._mappings))
 
     def cached_route_topics(self) -> set[str]:
         """Topics whose encoded route is cached (for logs, and tests of the invalidation)."""
-        return self._route_cache.topics()
+        return self._changes.cache.topics()
 
     def route_cache_size(self) -> tuple[int, int]:
         """(topics cached, bytes charged)."""
-        return self._route_cache.size()
+        return self._changes.cache.size()
 
-    # ------------------------------------------------------------------ table primitives (write lock held)
-
-    def _put_queue(self, topic: str, queue: QueueData) -> bool:
-        """Create or replace one queue data; False (and no invalidation) if it is unchanged."""
-        queue = self._pooled(queue.broker_name, queue.read_queue_nums, queue.write_queue_nums, queue.perm,
-                             queue.topic_sys_flag)
-        queues = self._topic_queues.get(topic)
-        if queues is not None and queues.get(queue.broker_name) is queue:
-            return False
-        self._set_queue(topic, queue)
-        self._routes_changed((topic,))
-        return True
-
-    def _pooled(self, broker_name: str, read: int, write: int, perm: int, sys_flag: int) -> QueueData:
-        """The group's one QueueData of these fields."""
-        pool = self._queue_pool.setdefault(broker_name, {})
-        queue = pool.get((read, write, perm, sys_flag))
-        if queue is None:
-            queue = pool[read, write, perm, sys_flag] = QueueData(broker_name, read, write, perm, sys_flag)
-        return queue
-
-    def _set_queue(self, topic: str, queue: QueueData) -> None:
-        """Store a pooled queue entry, changed or new; the caller reports the route change.
-
-        A topic's name is held as one string (interned, as `import_tables` interns the keys it installs),
-        however many groups list it: each broker's registration decodes its own copy, and 10 million
-        entries of 30 groups would otherwise hold 10 million strings (65 bytes an entry) in the group
-        index."""
-        name = queue.broker_name
-        queues = self._topic_queues.get(topic)
-        if queues is None or name not in queues:
-            topic = sys.intern(topic)
-            if queues is None:
-                queues = self._topic_queues[topic] = {}
-                log.debug("new topic registered: %s %s", topic, queue)
-            self._queue_datas += 1
-            self._group_topics.added(name, topic)
-        queues[name] = queue
-        self._queue_changes[name] = self._queue_changes.get(name, 0) + 1
-
-    def _remove_queue(self, topic: str, broker_name: str) -> None:
-        queues = self._topic_queues.get(topic)
-        if queues is None or queues.pop(broker_name, None) is None:
-            return
-        self._queue_datas -= 1
-        self._group_topics.removed(broker_name)
-        self._queue_changes[broker_name] = self._queue_changes.get(broker_name, 0) + 1
-        if not queues:
-            del self._topic_queues[topic]
-            log.debug("topic removed: %s", topic)
-        self._routes_changed((topic,))
-
-    def _invalidate_broker(self, broker_name: str) -> None:
-        """The group's addresses or flags changed: every topic it serves has a new route.
-
-        Walks the cached topics (only queried topics are cached), not the topic table.
-        """
-        self.route_changes += 1
-        self._route_cache.invalidate_where(lambda topic: broker_name in self._topic_queues.get(topic, ()))
-        if self._changed is not None:
-            self._record_changes(self._topics_of(broker_name))
-
-    def _routes_changed(self, topics: Iterable[str]) -> None:
-        self.route_changes += 1
-        self._route_cache.invalidate(topics)
-        if self._changed is not None:
-            self._record_changes(topics)
-
-    def _record_changes(self, topics: Iterable[str]) -> None:
-        with self._changed_lock:
-            self._changed.update(topics)
-        self.changes_ready.set()
+    def consistency_indexes(self) -> tuple[dict[Channel, set[LiveKey]], set[str], int]:
+        """(the connection index, the groups with pooled entries, the entry count): the derived
+        state a consistency check holds to the tables."""
+        with self._lock.read:
+            return self._live.by_channel(), self._queues.pools(), self._queues.count
 
     # ------------------------------------------------------------------ route-change tracking
 
     def track_changes(self) -> None:
         """From now on, record which topics' routes change (for the route-change push)."""
-        with self._changed_lock:
-            if self._changed is None:
-                self._changed = set()
+        self._changes.track()
 
     def take_changes(self) -> set[str]:
         """The topics whose route changed since the last call (between writes: never half of one)."""
-        with self._lock.read, self._changed_lock:
-            if self._changed is None:
-                return set()
-            changed, self._changed = self._changed, set()
-        return changed
+        with self._lock.read:
+            return self._changes.take()
 
     def has_topic(self, topic: str) -> bool:
-        return topic in self._topic_queues
-
-    def _topics_of(self, broker_name: str) -> list[str]:
-        """Topics with a queue entry of the group, for broker-wide operations (namesrv.routeinfo.group_topics)."""
-        return self._group_topics.topics_of(broker_name)
-
-    def _set_live(self, key: LiveKey, live: BrokerLiveInfo) -> None:
-        self._drop_live(key)
-        self._live[key] = live
-        if live.channel is not None:
-            self._channel_keys.setdefault(live.channel, set()).add(key)
-
-    def _drop_live(self, key: LiveKey) -> None:
-        live = self._live.pop(key, None)
-        if live is not None and live.channel is not None:
-            keys = self._channel_keys[live.channel]
-            keys.discard(key)
-            if not keys:
-                del self._channel_keys[live.channel]
+        return topic in self._queues.by_topic
 
     def _set_filters(self, key: LiveKey, servers: list[str] | None) -> None:
         """Store a broker's filter servers (None: leave as is, empty: remove)."""
-        if servers is None or self._filters.get(key, []) == servers:
+        if servers is None:
+            return
+        held = self._filters.get(key)
+        if held == servers or (held is None and not servers):
             return
         if servers:
             self._filters[key] = list(servers)
@@ -936,4 +769,4 @@ class RouteInfoManager:
             del self._filters[key]
         for group in self._brokers.values():
             if key[1] in group.broker_addrs.values():
-                self._invalidate_broker(group.broker_name)
+                self._queues.group_changed(group.broker_name)

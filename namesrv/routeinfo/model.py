@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from namesrv.channel import Channel
 from namesrv.protocol.route import BrokerData, QueueData
@@ -21,16 +22,32 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class Registrant(NamedTuple):
+    """Who a REGISTER_BROKER says it is: the header fields the route table keeps (the request's
+    `RegistrationHeader` reads them). Plain data: it travels the write log (as a list) and is
+    compared whole when the broker registers again."""
+
+    cluster_name: str
+    broker_addr: str
+    broker_name: str
+    broker_id: int
+    ha_server_addr: str | None = None
+    heartbeat_timeout_millis: int | None = None
+    #: None for a broker older than 5.x (it sends no such field): RocketMQ's oldVersionBroker.
+    enable_acting_master: bool | None = None
+    zone_name: str | None = None
+
+
 @dataclass(slots=True)
 class BrokerLiveInfo:
     """What the NameServer knows about one registered broker process.
 
-    The last four fields let a re-registration skip work: the header fields and body fingerprint
-    it came with, whether it applied its topic table, and how many changes the group's queue
-    entries had seen by then let an identical one skip decoding its body
-    (`RouteInfoManager.refresh_registration`); a master's `topic_entries` (its table's entries as
-    the fast path digested them, when the route table holds exactly them) let the next one read
-    only the topic entries that changed (`decode_registration`'s `previous`).
+    The last four fields let a re-registration skip work: the registrant and body fingerprint it
+    came with (`registration`, when a fingerprint was given), whether it applied its topic
+    table, and how many changes the group's queue entries had seen by then let an identical one
+    skip decoding its body (`RouteInfoManager.refresh`); a master's `topic_entries` (its table's
+    entries as the fast path digested them, when the route table holds exactly them) let the next
+    one read only the topic entries that changed (`decode_registration`'s `previous`).
     """
 
     last_update_timestamp: int
@@ -38,7 +55,7 @@ class BrokerLiveInfo:
     data_version: DataVersion
     channel: Channel | None
     ha_server_addr: str | None
-    registration: tuple | None = None
+    registration: tuple[Registrant, Hashable] | None = None
     topics_applied: bool = False
     queue_changes_seen: int = 0
     topic_entries: bytes | None = None
@@ -108,7 +125,8 @@ class MinBrokerIdChange:
 
 @dataclass(frozen=True, slots=True)
 class RouteTables:
-    """A deep copy of the route table taken under one read lock (consistency checks, debugging)."""
+    """The route table's six tables: a copy taken under one read lock (`RouteInfoManager.snapshot`), or the
+    live tables themselves for a reader holding it (`RouteInfoManager.reading`)."""
 
     topic_queue_table: dict[str, dict[str, QueueData]]
     broker_addr_table: dict[str, BrokerData]

@@ -14,6 +14,16 @@ is not restored: its routes are too likely gone.
 With worker processes the supervisor hands every worker the same `BootCopy` and worker 0 saves
 (namesrv.controller).
 
+The route history (namesrv.routeinfo.history: what explainRoute answers from) is saved beside the
+snapshot (`<snapshot>.history`) at shutdown only, and restored with the routes at the next start,
+then the file is removed: a periodic save would cost as much again as the routes' (the history
+is up to routeHistoryMaxBytes), and after a crash a restored history would lack the events since
+the last stop and tell a topic that came and went in between as "never registered". So the
+history survives a graceful restart (SIGTERM) and a worker's restart (it is copied with the
+tables, namesrv.writelog.snapshot); a crash starts it afresh. The file is read a value at a time
+and charged against routeHistoryMaxBytes as it is read (past it the file is refused), within
+`history_file_limit` bytes.
+
 The file is written atomically (a temporary file, fsync, rename, fsync of the directory), so
 after a crash at any point, kill -9 included, it holds the previous snapshot or the new one. Its
 content is msgpack behind a magic and a CRC32: a torn, truncated or foreign file is refused with
@@ -27,7 +37,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import shutil
 import struct
 import time
 import zlib
@@ -40,13 +49,21 @@ from typing import Any
 import msgpack
 
 from namesrv.config import NamesrvConfig
-from namesrv.kvconfig import write_atomically
+from namesrv.errors import ProtocolError
+from namesrv.files import private_copy, write_atomically
+from namesrv.protocol.codes import INT32_MAX, INT32_MIN
+from namesrv.protocol.route import BrokerData, QueueData
+from namesrv.protocol.topic import DataVersion
+from namesrv.routeinfo.history import RouteHistory
 from namesrv.routeinfo.manager import RouteInfoManager
-from namesrv.routeinfo.model import now_ms
+from namesrv.routeinfo.model import BrokerLiveInfo, Registrant, RouteTables, now_ms
+from namesrv.routeinfo.route_input import IllegalRoute, check_names, check_queues, check_topic
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"NSRVROUT"
+HISTORY_MAGIC = b"NSRVHIST"
+_SAVED_AT = struct.Struct(">q")
 FORMAT = 1
 _CRC = struct.Struct(">I")
 #: A snapshot file larger than this is not read (maxQueueDatas entries take about 60 bytes each).
@@ -63,6 +80,56 @@ class SnapshotError(Exception):
     """The file is not a route snapshot namesrv can restore."""
 
 
+def export_routes(routes: RouteInfoManager) -> dict[str, Any]:
+    """The topology under one read lock: groups, clusters, queue entries, filter servers, static-topic
+    mappings and each broker's address, HA address, timeout and DataVersion; not connections,
+    liveness or shortcuts. Plain data except "queues": (topic, [(brokerName, entry), ...]) pairs,
+    the route table's immutable entries themselves ((readQueueNums, writeQueueNums, perm,
+    topicSysFlag) tuples), which `encode` turns into rows one topic at a time (10 million rows made
+    at once would hold a gigabyte). Only containers are copied: writers wait less."""
+    with routes.reading() as tables:
+        exported = {
+            "clusters": {cluster: sorted(names) for cluster, names in tables.cluster_addr_table.items()},
+            "groups": [[g.cluster, g.broker_name, list(g.broker_addrs.items()), g.enable_acting_master, g.zone_name]
+                       for g in tables.broker_addr_table.values()],
+            "live": [[cluster, addr, live.ha_server_addr, live.heartbeat_timeout_millis,
+                      live.data_version.to_dict()] for (cluster, addr), live in tables.broker_live_table.items()],
+            "filters": [[cluster, addr, list(servers)]
+                        for (cluster, addr), servers in tables.filter_server_table.items()],
+            "mappings": {topic: dict(infos) for topic, infos in tables.topic_queue_mapping_info_table.items()},
+        }
+        exported["queues"] = [(topic, list(by_group.items())) for topic, by_group in tables.topic_queue_table.items()]
+    return exported
+
+
+def restore_routes(routes: RouteInfoManager, exported: dict[str, Any], now: int) -> dict[str, int]:
+    """Replace every table of `routes` by an `export_routes` result; each broker counts as registered
+    at `now` (no connection yet). ValueError, changing nothing, for data that is not such a result
+    or holds more than maxBrokers / maxQueueDatas. Returns the sizes restored."""
+    config = routes.config
+    try:
+        live = {(cluster, addr): BrokerLiveInfo(now, timeout, DataVersion.from_dict(version), None, ha)
+                for cluster, addr, ha, timeout, version in exported["live"]}
+        topics = {topic: {name: QueueData(name, read, write, perm, flag) for name, read, write, perm, flag in rows}
+                  for topic, rows in exported["queues"]}
+        tables = RouteTables(
+            topics,
+            {name: BrokerData(cluster, name, {int(i): addr for i, addr in addrs}, bool(acting), zone)
+             for cluster, name, addrs, acting, zone in exported["groups"]},
+            {cluster: set(names) for cluster, names in exported["clusters"].items()},
+            live,
+            {(cluster, addr): list(servers) for cluster, addr, servers in exported["filters"]},
+            {topic: dict(infos) for topic, infos in exported["mappings"].items()})
+    except (KeyError, TypeError, ValueError, ProtocolError) as exc:
+        raise ValueError(f"not a route table: {type(exc).__name__}: {exc}") from None
+    queue_datas = sum(map(len, topics.values()))
+    if len(live) > config.max_brokers or queue_datas > config.max_queue_datas:
+        raise ValueError(f"{len(live)} brokers and {queue_datas} queue entries: more than maxBrokers "
+                         f"({config.max_brokers}) or maxQueueDatas ({config.max_queue_datas})")
+    routes.import_tables(tables, {})
+    return routes.sizes()
+
+
 def encode(routes: dict[str, Any], taken_ms: int) -> list[bytes | memoryview]:
     """The file's bytes, in two parts, for `export_routes`' tables: the magic and the payload's CRC32,
     then the payload, msgpack of {"format", "takenAtMs", "routes"} with each queue entry a row
@@ -71,8 +138,8 @@ def encode(routes: dict[str, Any], taken_ms: int) -> list[bytes | memoryview]:
     Packed one topic at a time into one growing buffer, and every `YIELD_EVERY` queue entries the
     interpreter lock is handed to the server's other threads (`time.sleep(0)`): one msgpack call
     over 10 million entries would hold it for seconds, and a saver that only lets go when Python's
-    5-ms switch interval forces it leaves each request several 5-ms waits (300 brokers × 10,000
-    topics: route p99 0.5 s while saving). The bytes are those of packing the whole document at once."""
+    5-ms switch interval forces it leaves each request several 5-ms waits. The bytes are those of
+    packing the whole document at once."""
     packer = msgpack.Packer(autoreset=False)
     packer.pack_map_header(3)
     for item in ("format", FORMAT, "takenAtMs", taken_ms, "routes"):
@@ -86,8 +153,7 @@ def encode(routes: dict[str, Any], taken_ms: int) -> list[bytes | memoryview]:
         packer.pack_array_header(len(value))
         since_yield = 0
         for topic, entries in value:
-            packer.pack([topic, [[q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag]
-                                 for q in entries]])
+            packer.pack([topic, [[group, *entry] for group, entry in entries]])
             since_yield += len(entries)
             if since_yield >= YIELD_EVERY:
                 since_yield = 0
@@ -97,7 +163,7 @@ def encode(routes: dict[str, Any], taken_ms: int) -> list[bytes | memoryview]:
 
 
 def decode(blob: bytes) -> tuple[int, dict[str, Any]]:
-    """(when it was taken, wall-clock ms; the tables as `RouteInfoManager.export_routes` gave them)."""
+    """(when it was taken, wall-clock ms; the tables as `export_routes` gave them)."""
     head = len(MAGIC) + _CRC.size
     if len(blob) < head or not blob.startswith(MAGIC):
         raise SnapshotError("not a namesrv route snapshot")
@@ -112,6 +178,121 @@ def decode(blob: bytes) -> tuple[int, dict[str, Any]]:
         raise SnapshotError(f"unreadable: {type(exc).__name__}: {exc}") from None
 
 
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+#: Nesting allowed inside a static-topic mapping's info (a real one nests three deep).
+MAX_MAPPING_DEPTH = 16
+
+
+def check_routes(routes: Any, config: NamesrvConfig) -> None:
+    """SnapshotError, naming the first offender in one line, unless every value of `decode`'s
+    tables is one a registration could have brought (namesrv.routeinfo.route_input's rules on
+    names, topics, queue counts and permissions; the header's and body's types and ranges): a
+    file with a valid CRC32 is still a file anyone with write access to the folder may have made."""
+    try:
+        _check_routes(routes, config.max_queue_nums_per_topic)
+    except IllegalRoute as exc:
+        raise SnapshotError(str(exc)) from None
+
+
+def _check_routes(routes: Any, max_queue_nums: int) -> None:
+    _of(routes, dict, "the tables")
+    for cluster, names in _of(routes.get("clusters"), dict, "clusters").items():
+        _name(_of(cluster, str, "clusters: a cluster name"), "cluster_name")
+        for name in _of(names, list, f"clusters[{cluster!r}]"):
+            _name(_of(name, str, f"clusters[{cluster!r}]: a broker name"), "broker_name")
+    groups = set()
+    for i, group in enumerate(_of(routes.get("groups"), list, "groups")):
+        cluster, name, addrs, acting, zone = _row(group, 5, f"groups[{i}]")
+        _name(_of(cluster, str, f"groups[{i}].clusterName"), "cluster_name")
+        _name(_of(name, str, f"groups[{i}].brokerName"), "broker_name")
+        for pair in _of(addrs, list, f"groups[{i}].brokerAddrs"):
+            broker_id, addr = _row(pair, 2, f"groups[{i}].brokerAddrs")
+            _long(broker_id, f"groups[{i}].brokerId")
+            _name(_of(addr, str, f"groups[{i}].brokerAddr"), "broker_addr")
+        _of(acting, bool, f"groups[{i}].enableActingMaster")
+        _name(_of(zone, (str, type(None)), f"groups[{i}].zoneName"), "zone_name")
+        groups.add(name)
+    for i, live in enumerate(_of(routes.get("live"), list, "live")):
+        cluster, addr, ha, timeout, version = _row(live, 5, f"live[{i}]")
+        _name(_of(cluster, str, f"live[{i}].clusterName"), "cluster_name")
+        _name(_of(addr, str, f"live[{i}].brokerAddr"), "broker_addr")
+        _name(_of(ha, (str, type(None)), f"live[{i}].haServerAddr"), "ha_server_addr")
+        if timeout is not None:
+            _long(timeout, f"live[{i}].heartbeatTimeoutMillis")
+        for field, value in _of(version, dict, f"live[{i}].dataVersion").items():
+            _long(value, f"live[{i}].dataVersion.{field}")
+    for i, entry in enumerate(_of(routes.get("filters"), list, "filters")):
+        cluster, addr, servers = _row(entry, 3, f"filters[{i}]")
+        _name(_of(cluster, str, f"filters[{i}].clusterName"), "cluster_name")
+        _name(_of(addr, str, f"filters[{i}].brokerAddr"), "broker_addr")
+        for server in _of(servers, list, f"filters[{i}].filterServerList"):
+            _of(server, str, f"filters[{i}].filterServerList[]")
+    for topic, infos in _of(routes.get("mappings"), dict, "mappings").items():
+        _of(topic, str, "mappings: a topic")
+        for name, info in _of(infos, dict, f"mappings[{topic[:64]!r}]").items():
+            _of(name, str, f"mappings[{topic[:64]!r}]: a brokerName")
+            _json(_of(info, dict, f"mappings[{topic[:64]!r}][{name[:64]!r}]"), f"mappings[{topic[:64]!r}]", 0)
+    for i, entry in enumerate(_of(routes.get("queues"), list, "queues")):
+        topic, rows = _row(entry, 2, f"queues[{i}]")
+        check_topic(topic)
+        for row in _of(rows, list, f"queues[{i}] ({topic!r})"):
+            if (type(row) is not list or len(row) != 5 or row[0] not in groups or type(row[1]) is not int
+                    or type(row[2]) is not int or type(row[3]) is not int or type(row[4]) is not int
+                    or not INT32_MIN <= row[4] <= INT32_MAX):
+                raise SnapshotError(f"queues[{i}] ({topic!r}): {str(row)[:120]} is not [brokerName of a group, "
+                                    "readQueueNums, writeQueueNums, perm, topicSysFlag (32-bit integers)]")
+        check_queues(((topic, *row[1:]) for row in rows), max_queue_nums)
+
+
+#: A registrant with no name in it: `_name` checks one at a time with the registration's own rule.
+_NO_NAMES = Registrant("", "", "", 0)
+
+
+def _name(value: str | None, field: str) -> None:
+    """A name or address by the rule a registration's (`check_names`), `field` its Registrant field."""
+    check_names(_NO_NAMES._replace(**{field: value}))
+
+
+def _of(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
+    """`value` if its type is `kind` exactly (a bool is no int), else SnapshotError naming `where`."""
+    if type(value) is kind or (isinstance(kind, tuple) and type(value) in kind):
+        return value
+    expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    raise SnapshotError(f"{where}: {expected} expected, got {type(value).__name__} {str(value)[:64]!r}")
+
+
+def _row(value: Any, length: int, where: str) -> list:
+    if type(value) is not list or len(value) != length:
+        raise SnapshotError(f"{where}: a list of {length} expected, got {str(value)[:64]!r}")
+    return value
+
+
+def _long(value: Any, where: str) -> int:
+    """A Java long, as a header's or body's integer field must be."""
+    if type(value) is not int or not _INT64_MIN <= value <= _INT64_MAX:
+        raise SnapshotError(f"{where}: a 64-bit integer expected, got {str(value)[:64]!r}")
+    return value
+
+
+def _json(value: Any, where: str, depth: int) -> None:
+    """What a registration's JSON body could hold: objects with text keys, arrays, text, 64-bit
+    integers, floats, booleans and null, nested at most MAX_MAPPING_DEPTH deep."""
+    if depth > MAX_MAPPING_DEPTH:
+        raise SnapshotError(f"{where}: nested more than {MAX_MAPPING_DEPTH} deep")
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            _of(key, str, f"{where}: a key")
+            _json(item, where, depth + 1)
+    elif kind is list:
+        for item in value:
+            _json(item, where, depth + 1)
+    elif kind is int:
+        _long(value, where)
+    elif kind not in (str, float, bool, type(None)):
+        raise SnapshotError(f"{where}: {kind.__name__} is no JSON value")
+
+
 @contextmanager
 def no_collection() -> Iterator[None]:
     """Python's cyclic collector paused: copying 300,000 queue entries makes as many new lists, and
@@ -124,6 +305,43 @@ def no_collection() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def history_path(snapshot: Path) -> Path:
+    """Where the route history of a snapshot file is saved: routes.snapshot.history, and for the
+    workers' boot copy routes.snapshot.boot-PID, routes.snapshot.history.boot-PID."""
+    base, boot, pid = snapshot.name.partition(".boot-")
+    return snapshot.with_name(f"{base}.history{boot}{pid}")
+
+
+def history_file_limit(config: NamesrvConfig) -> int:
+    """The largest history file read: twice the budget (the file spells out the topic names the route
+    table holds for the history in memory), and 1 MiB."""
+    return 2 * config.route_history_max_bytes + (1 << 20)
+
+
+def save_history(history: RouteHistory, path: Path, now: int) -> int:
+    """Write the history (magic, CRC32, when it was saved in ms, `RouteHistory.encode`) atomically; its size."""
+    payload = _SAVED_AT.pack(now) + history.encode()
+    write_atomically(path, [HISTORY_MAGIC + _CRC.pack(zlib.crc32(payload)), payload], mode=0o600)
+    return len(payload)
+
+
+def load_history(history: RouteHistory, path: Path, now: int, limit: int) -> None:
+    """Restore a `save_history` file into `history`, marking the restart. SnapshotError or ValueError
+    (nothing changed) for a file that is not one, larger than `limit`, or past the history's budget."""
+    if path.stat().st_size > limit:
+        raise SnapshotError(f"larger than {limit} bytes")
+    blob = path.read_bytes()
+    head = len(HISTORY_MAGIC) + _CRC.size
+    if len(blob) < head + _SAVED_AT.size or not blob.startswith(HISTORY_MAGIC) \
+            or _CRC.unpack_from(blob, len(HISTORY_MAGIC))[0] != zlib.crc32(memoryview(blob)[head:]):
+        raise SnapshotError("not a namesrv route history, or torn")
+    saved_at = _SAVED_AT.unpack_from(blob, head)[0]
+    try:  # read a value at a time and charged as it comes (RouteHistory.decode)
+        history.decode(memoryview(blob)[head + _SAVED_AT.size:], restarted_at_ms=now, saved_at_ms=saved_at)
+    except ValueError as exc:
+        raise SnapshotError(f"unreadable: {exc}") from None
 
 
 def snapshot_path(config: NamesrvConfig) -> Path:
@@ -146,9 +364,10 @@ class BootCopy:
         source = snapshot_path(config)
         if not config.route_snapshot_enable or not source.exists():
             return None
-        target = source.with_name(f"{source.name}.boot-{os.getpid()}")
         try:
-            shutil.copy2(source, target)
+            target = private_copy(source, f".{source.name}.boot-")
+            if history_path(source).exists():  # taken, not copied: read once (see the module docstring)
+                os.replace(history_path(source), history_path(target))
         except OSError as exc:
             log.error("route snapshot %s not copied for the workers (%s): they start with no routes", source, exc)
             return None
@@ -156,6 +375,7 @@ class BootCopy:
 
     def remove(self) -> None:
         Path(self.path).unlink(missing_ok=True)
+        history_path(Path(self.path)).unlink(missing_ok=True)
 
 
 class RouteSnapshots:
@@ -196,18 +416,52 @@ class RouteSnapshots:
                             "with no routes", path, age_s, max_age)
                 return False
             with no_collection():
-                sizes = self._routes.restore_routes(tables, now)
+                check_routes(tables, self._config)
+                sizes = restore_routes(self._routes, tables, now)
         except FileNotFoundError:
             log.info("no route snapshot at %s: starting with no routes", path)
+            self._take_history(path, None)
             return False
-        except (OSError, SnapshotError, ValueError) as exc:
-            log.error("route snapshot %s not restored (%s): starting with no routes", path, exc)
+        except (SnapshotError, ValueError) as exc:
+            aside = self._set_aside(path)
+            log.error("route snapshot %s refused%s: %s; starting with no routes", path,
+                      f" and set aside as {aside}" if aside is not None else "", exc)
+            self._take_history(path, None)
             return False
+        except OSError as exc:
+            log.error("route snapshot %s not read (%s): starting with no routes", path, exc)
+            self._take_history(path, None)
+            return False
+        self._take_history(path, now)
         self._saved_changes = self._routes.route_changes
         log.info("restored the routes held %.1f s ago from %s in %.3f s: %s; each broker expires unless it "
                  "registers again within its timeout", age_s, path, time.perf_counter() - started,
                  ", ".join(f"{count} {what}" for what, count in sizes.items()))
         return True
+
+    def _set_aside(self, path: Path) -> Path | None:
+        """Move a refused file out of the way (the next save would replace it) for the operator to
+        look at: `<snapshot>.refused`, the last one only. None if it could not be moved."""
+        aside = self.path.with_name(f"{self.path.name}.refused")
+        try:
+            os.replace(path, aside)
+        except OSError:
+            return None
+        return aside
+
+    def _take_history(self, path: Path, now: int | None) -> None:
+        """Restore the history saved beside `path` if the routes were restored (`now`), and remove the
+        file (a boot copy's is removed with it, once every worker has read it)."""
+        saved = history_path(path)
+        history = self._routes.route_events
+        try:
+            if now is not None and history is not None and saved.exists():
+                load_history(history, saved, now, history_file_limit(self._config))
+                log.info("restored the route history from %s: %s", saved, history.usage())
+        except (OSError, SnapshotError) as exc:
+            log.error("route history %s not restored (%s): it starts empty", saved, exc)
+        if path == self.path:
+            saved.unlink(missing_ok=True)
 
     def save(self, force: bool = False) -> bool:
         """Write the tables if a route changed since the last write (`force`: anyway), else touch the
@@ -216,7 +470,7 @@ class RouteSnapshots:
         changes = routes.route_changes  # read first: a change during the export is saved next time
         if not force and changes == self._saved_changes:
             try:
-                os.utime(self.path)
+                os.utime(self.path, follow_symlinks=False)
             except FileNotFoundError:
                 self._saved_changes = None  # removed behind our back: written at the next call
             return False
@@ -224,8 +478,11 @@ class RouteSnapshots:
         if not force and started < self._quiet_until:
             return False  # not touched either: the file no longer holds the routes served
         with no_collection():
-            parts = encode(routes.export_routes(), now_ms())
+            parts = encode(export_routes(routes), now_ms())
         write_atomically(self.path, parts, mode=0o600)
+        history = routes.route_events
+        if force and history is not None:  # at shutdown (see the module docstring)
+            save_history(history, history_path(self.path), now_ms())
         self._saved_changes = changes
         took = self._clock() - started
         self._quiet_until = started + took / MAX_SAVE_SHARE

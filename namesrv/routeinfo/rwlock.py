@@ -4,6 +4,10 @@ Route queries (readers) vastly outnumber registrations (writers); one mutex woul
 queries behind each other for no reason. Writers are preferred: a waiting writer stops new
 readers from entering, so a steady stream of queries cannot starve a registration.
 Not reentrant: code that holds the lock calls `_locked` helpers, never the public methods.
+
+Every registration takes the write side, so entering and leaving a side are one Python call each
+(the side's `__enter__`/`__exit__` are the implementation), over a C mutex held only while the
+counts change; the condition variable is touched only when a thread actually waits.
 """
 from __future__ import annotations
 
@@ -14,65 +18,84 @@ from types import TracebackType
 class ReadWriteLock:
     """`with lock.read:` / `with lock.write:`."""
 
-    __slots__ = ("_cond", "_readers", "_writer", "_writers_waiting", "read", "write")
+    __slots__ = ("_mutex", "_cond", "_readers", "_writer", "_writers_waiting", "_waiters", "read", "write")
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+        #: Threads waiting on `_cond` (readers or writers): a release notifies only when there are some.
+        self._waiters = 0
         self.read = _ReadSide(self)
         self.write = _WriteSide(self)
 
     def acquire_read(self) -> None:
-        with self._cond:
-            while self._writer or self._writers_waiting:
-                self._cond.wait()
-            self._readers += 1
+        self.read.__enter__()
 
     def release_read(self) -> None:
-        with self._cond:
-            self._readers -= 1
-            if self._readers == 0:
-                self._cond.notify_all()
+        self.read.__exit__(None, None, None)
 
     def acquire_write(self) -> None:
-        with self._cond:
-            self._writers_waiting += 1
-            try:
-                while self._writer or self._readers:
-                    self._cond.wait()
-            finally:
-                self._writers_waiting -= 1
-            self._writer = True
+        self.write.__enter__()
 
     def release_write(self) -> None:
-        with self._cond:
-            self._writer = False
-            self._cond.notify_all()
+        self.write.__exit__(None, None, None)
+
+    def _wait(self) -> None:
+        """Wait for a release (the mutex held)."""
+        self._waiters += 1
+        try:
+            self._cond.wait()
+        finally:
+            self._waiters -= 1
 
 
 class _ReadSide:
-    __slots__ = ("_lock",)
+    __slots__ = ("_lock", "_mutex")
 
     def __init__(self, lock: ReadWriteLock) -> None:
         self._lock = lock
+        self._mutex = lock._mutex
 
     def __enter__(self) -> None:
-        self._lock.acquire_read()
+        lock = self._lock
+        with self._mutex:
+            while lock._writer or lock._writers_waiting:
+                lock._wait()
+            lock._readers += 1
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._lock.release_read()
+        lock = self._lock
+        with self._mutex:
+            lock._readers -= 1
+            if lock._readers == 0 and lock._waiters:
+                lock._cond.notify_all()
 
 
 class _WriteSide:
-    __slots__ = ("_lock",)
+    __slots__ = ("_lock", "_mutex")
 
     def __init__(self, lock: ReadWriteLock) -> None:
         self._lock = lock
+        self._mutex = lock._mutex
 
     def __enter__(self) -> None:
-        self._lock.acquire_write()
+        lock = self._lock
+        with self._mutex:
+            if lock._writer or lock._readers:
+                lock._writers_waiting += 1
+                try:
+                    while lock._writer or lock._readers:
+                        lock._wait()
+                finally:
+                    lock._writers_waiting -= 1
+            lock._writer = True
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._lock.release_write()
+        lock = self._lock
+        with self._mutex:
+            lock._writer = False
+            if lock._waiters:
+                lock._cond.notify_all()

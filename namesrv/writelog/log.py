@@ -59,6 +59,13 @@ class SiblingChannel(Channel):
         origin, generation, _ = _STAND_IN.unpack_from(self.ident)
         return origin, generation
 
+    @property
+    def origin_channel(self) -> Channel:
+        """The connection as its own worker knows it."""
+        code = _STAND_IN.unpack_from(self.ident)[2]
+        transport = next(name for name, value in _TRANSPORT_CODES.items() if value == code)
+        return Channel(transport, self.ident[_STAND_IN.size:], self.remote_addr)
+
     def __str__(self) -> str:
         return f"worker{self.origin}:{self.remote_addr or self.ident[_STAND_IN.size:].hex()}"
 

@@ -38,7 +38,7 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import RequestProcessor
-from namesrv.processor.context import RETRY, Refusal
+from namesrv.processor.context import RETRY, Hints, Refusal
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
@@ -325,7 +325,7 @@ class WorkerBus:
             return
         origin, request, arrived = pending
         if outcome is RETRY:  # prepared with a hint that no longer held: nothing was applied anywhere
-            change = self._processor.prepare(request, origin, hints=False)
+            change = self._processor.prepare(request, origin, Hints.NONE)
             if type(change) is not RemotingCommand:
                 self._propose_change(request, origin, arrived, change)
                 return

@@ -2,8 +2,8 @@
 
 A restarted worker must not serve an empty route table while its siblings serve a full one, so
 before it accepts connections it takes over one sibling's tables: routes (with the
-queue-removal counts the re-registration shortcut relies on), the KV table and the remotely
-updatable config keys, together with the `position` - the last entry of the write log the tables
+queue-removal counts the re-registration shortcut relies on), the route history, the KV table
+and the remotely updatable config keys, together with the `position` - the last entry of the write log the tables
 include - from which it applies the entries it buffered meanwhile. Connections
 in the tables become stand-ins (`SiblingChannel`): the copier's own are stood in for as its
 origin's. The payload is a pickle: it only ever travels between a worker's own processes, over
@@ -29,6 +29,8 @@ class Snapshot:
     kv: dict[str, dict[str, str | None]]
     #: The remotely updatable config keys (UPDATE_NAMESRV_CONFIG may have changed them since start).
     config: dict[str, str]
+    #: The route history (namesrv.routeinfo.history's encoding), None when it keeps none.
+    history: bytes | None = None
 
     @property
     def summary(self) -> str:
@@ -46,7 +48,8 @@ def take(index: int, generation: int, position: int, routes: RouteInfoManager,
             live.channel = SiblingChannel.stand_in(index, generation, live.channel)
     updatable = NamesrvConfig.remote_updatable()
     remote_config = {key: value for key, value in config.to_properties().items() if key in updatable}
-    snapshot = Snapshot(position, tables, queue_changes, kv.export_table(), remote_config)
+    history = None if routes.route_events is None else routes.route_events.encode()
+    snapshot = Snapshot(position, tables, queue_changes, kv.export_table(), remote_config, history)
     return pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -54,6 +57,8 @@ def restore(payload: bytes, routes: RouteInfoManager, kv: KVConfigManager, confi
     """Replace the tables (in memory: the files are the origins' business) by the copy in `payload`."""
     snapshot: Snapshot = pickle.loads(payload)
     routes.import_tables(snapshot.routes, snapshot.queue_changes)
+    if snapshot.history is not None and routes.route_events is not None:
+        routes.route_events.decode(snapshot.history)
     kv.restore_table(snapshot.kv)
     config.apply(snapshot.config)
     return snapshot

@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from namesrv.routeinfo.model import Registrant
+
 #: RocketMQ's TopicValidator: TOPIC_MAX_LENGTH and the allowed characters.
 TOPIC_MAX_LENGTH = 127
 _TOPIC = re.compile(r"[%%|a-zA-Z0-9_-]{1,%d}" % TOPIC_MAX_LENGTH)
@@ -30,15 +32,20 @@ class IllegalRoute(ValueError):
     """A registration breaks a rule of what may enter the route table; the message names it."""
 
 
-def check_names(identity: dict[str, Any]) -> None:
-    """A registration's broker identity (`RegistrationHeader.identity`)."""
-    for field, wire_name in (("cluster_name", "clusterName"), ("broker_name", "brokerName"),
-                             ("broker_addr", "brokerAddr"), ("ha_server_addr", "haServerAddr"),
-                             ("zone_name", "__ZONE_NAME")):
-        value = identity[field]
+def check_names(registrant: Registrant) -> None:
+    """Who a registration says it is (`RegistrationHeader.registrant`)."""
+    for value in (registrant.cluster_name, registrant.broker_name, registrant.broker_addr, registrant.ha_server_addr,
+                  registrant.zone_name):
         if value is not None and (len(value) > MAX_NAME_LENGTH or not value.isprintable()):
-            raise IllegalRoute(f"{wire_name} {value[:64]!r} is illegal: at most {MAX_NAME_LENGTH} characters, "
-                               "no control characters")
+            for field, wire_name in _NAMES:
+                if getattr(registrant, field) == value:
+                    raise IllegalRoute(f"{wire_name} {value[:64]!r} is illegal: at most {MAX_NAME_LENGTH} "
+                                       "characters, no control characters")
+
+
+#: The registrant's fields `check_names` checks, with their names on the wire.
+_NAMES = (("cluster_name", "clusterName"), ("broker_name", "brokerName"), ("broker_addr", "brokerAddr"),
+          ("ha_server_addr", "haServerAddr"), ("zone_name", "__ZONE_NAME"))
 
 
 def check_topic(topic: Any) -> None:
