@@ -3,6 +3,7 @@ the peer's address), random bytes, a slowloris, a connect/disconnect flood and a
 reads leave the server up, bounded in memory and answering everyone else."""
 from __future__ import annotations
 
+import errno
 import socket
 import struct
 import threading
@@ -92,11 +93,16 @@ def test_random_bytes_never_take_the_server_down(namesrv_factory, raw_connect) -
     @given(st.binary(min_size=1, max_size=2048) | st.builds(lambda header: frame(header), st.binary(max_size=300)))
     def garbage(data: bytes) -> None:
         with socket.create_connection(("127.0.0.1", namesrv.port), timeout=5) as sock:
-            sock.sendall(data)
-            sock.shutdown(socket.SHUT_WR)
-            sock.settimeout(5)
-            while sock.recv(65536):  # whatever it answers, it must answer or close, never hang
-                pass
+            try:
+                sock.sendall(data)
+                sock.shutdown(socket.SHUT_WR)
+                while sock.recv(65536):  # whatever it answers, it must answer or close, never hang
+                    pass
+            except ConnectionError:
+                pass  # closed (reset) by the server before this side was done sending: an answer too
+            except OSError as exc:
+                if exc.errno != errno.ENOTCONN:  # the same close, seen by shutdown(); a timeout still fails
+                    raise
 
     garbage()
     assert_served(bystander)
