@@ -5,6 +5,7 @@ A topic entry is one member of a registration's topicConfigTable; "plain" is wha
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -74,23 +75,21 @@ def reference(data: bytes, path: tuple[str, ...]) -> object:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
-    table = value
-    for step in path:
-        table = table.get(step) if type(table) is dict else None
+    table = at_path(value, path)
     if type(table) is dict:
-        for key, entry in table.items():
-            fields = plain_fields(entry)
-            if fields is not None:
-                table[key] = fields
+        table.update({key: fields for key, entry in table.items() if (fields := plain_fields(entry)) is not None})
     return value
 
 
 def reference_count(data: bytes, path: tuple[str, ...]) -> int | None:
     """What count_entries promises: the members of the object at a non-empty path, None otherwise."""
     try:
-        table = orjson.loads(data)
+        table = at_path(orjson.loads(data), path)
     except orjson.JSONDecodeError:
         return None
-    for step in path:
-        table = table.get(step) if type(table) is dict else None
     return len(table) if type(table) is dict and path else None
+
+
+def at_path(value: object, path: tuple[str, ...]) -> object:
+    """The object at `path` from `value` (`value` itself for ()); None past a step that is not an object."""
+    return functools.reduce(lambda node, step: node.get(step) if type(node) is dict else None, path, value)
