@@ -49,5 +49,5 @@ setup(
     ext_modules=extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
     install_requires=["pyzmq", "msgpack", "psutil", "orjson", "isal", "xxhash", "prometheus-client", "cryptography"],
-    entry_points={"console_scripts": ["namesrv = namesrv.cli:main", "namesrv-admin = namesrv.admin:main"]},
+    entry_points={"console_scripts": ["namesrv = namesrv.__main__:main", "namesrv-admin = namesrv.admin:main"]},
 )
