@@ -5,6 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.dev-installed
 CONF ?= conf/namesrv.properties
+# What `make run` serves: a copy of $(CONF) made on its first run, in git-ignored local/. The server rewrites
+# the file it serves (UPDATE_NAMESRV_CONFIG), so the tracked $(CONF) stays as shipped. RUN_ARGS: --key=value overrides.
+RUN_CONF ?= local/namesrv.properties
+RUN_ARGS ?=
 
 .PHONY: install install-dev run test bench codec-bench clean
 
@@ -26,7 +30,10 @@ install: $(STAMP)
 install-dev: $(DEV_STAMP)
 
 run: $(STAMP)
-	$(BIN)/namesrv -c $(CONF)
+	@if [ ! -e $(RUN_CONF) ]; then mkdir -p $(dir $(RUN_CONF)) && cp $(CONF) $(RUN_CONF) && \
+		echo "make run: first run: copied $(CONF) to $(RUN_CONF) (local/ is git-ignored)"; fi
+	@echo "make run: serving $(RUN_CONF): edit it to configure; runtime updates are written there, never to $(CONF)"
+	$(BIN)/namesrv -c $(RUN_CONF) $(RUN_ARGS)
 
 test: $(DEV_STAMP)
 	NAMESRV_REQUIRE_EXTENSION=1 $(BIN)/python -m pytest

@@ -50,6 +50,6 @@ setup(
     cmdclass={"build_ext": OptionalBuildExt},
     install_requires=["pyzmq", "msgpack", "psutil", "orjson", "isal", "xxhash", "prometheus-client", "cryptography"],
     # namesrv-bench: the benchmarks' one entry point (its own dependencies are requirements-dev.txt's)
-    entry_points={"console_scripts": ["namesrv = namesrv.cli:main", "namesrv-admin = namesrv.admin:main",
+    entry_points={"console_scripts": ["namesrv = namesrv.__main__:main", "namesrv-admin = namesrv.admin:main",
                                       "namesrv-bench = bench.__main__:main"]},
 )

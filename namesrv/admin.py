@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from namesrv.client.errors import MQResponseError, RemotingError
+from namesrv.client.connection import ZMQ_HINT, speaks_zeromq
+from namesrv.client.errors import MQResponseError, RemotingError, ServerClosedError
 from namesrv.client.namesrv_client import NamesrvClient, ServerResult, parse_namesrv_addrs
 from namesrv.client.remoting import AsyncRemotingClient, client_tls_context
 from namesrv.divergence.compare import DEFAULT_MAX_ITEMS
@@ -53,6 +54,20 @@ def fail(command: str, message: str) -> None:
     print(f"{PROG} {command}: {message}", file=sys.stderr)
 
 
+def explain(error: BaseException) -> str:
+    """An error as the user reads it: the server's remark with its response code's name; a server that
+    closed a plain connection unanswered may want --tls."""
+    if isinstance(error, MQResponseError):
+        try:
+            name = ResponseCode(error.code).name
+        except ValueError:
+            name = "unknown code"
+        return f"{error.remark} (response code {error.code}, {name})"
+    if isinstance(error, ServerClosedError) and error.plain:
+        return f"{error}: {ZMQ_HINT if speaks_zeromq(error.address) else 'the server may require TLS (--tls)'}"
+    return str(error)
+
+
 def perm_text(perm: int) -> str:
     flags = "".join(letter for bit, letter in ((PERM_READ, "R"), (PERM_WRITE, "W"), (PERM_INHERIT, "X")) if perm & bit)
     return f"{perm} ({flags or '-'})"
@@ -68,7 +83,8 @@ def cluster_json(info: ClusterInfo) -> dict[str, Any]:
 
 def report(command: str, args: argparse.Namespace, results: list[ServerResult[Any]], what: str,
            value_key: str | None = None) -> int:
-    """Print per-server outcomes of a write; failures also go to stderr. 1 if any server failed."""
+    """Per-server outcomes of a write: each failure once, on stderr with its reason; successes on stdout
+    (with --json, every outcome as JSON on stdout). 1 if any server failed."""
     rows = []
     for result in results:
         entry: dict[str, Any] = {"namesrvAddr": result.address, "success": result.ok}
@@ -77,16 +93,15 @@ def report(command: str, args: argparse.Namespace, results: list[ServerResult[An
         if isinstance(result.error, MQResponseError):
             entry.update(code=result.error.code, remark=result.error.remark)
         elif result.error is not None:
-            entry["error"] = str(result.error)
+            entry["error"] = explain(result.error)
         if result.error is not None:
-            fail(command, f"{what} on {result.address} failed: {result.error}")
+            fail(command, f"{what} on {result.address} failed: {explain(result.error)}")
+        elif not args.json:
+            extra = f", {value_key}={entry[value_key]}" if value_key is not None else ""
+            print(f"{what} in name server[{result.address}] OK{extra}")
         rows.append(entry)
     if args.json:
         emit_json(rows)
-    else:
-        for entry in rows:
-            extra = f", {value_key}={entry[value_key]}" if value_key is not None and entry["success"] else ""
-            print(f"{what} in name server[{entry['namesrvAddr']}] {'OK' if entry['success'] else 'Failed'}{extra}")
     return 0 if all(result.ok for result in results) else 1
 
 
@@ -187,7 +202,7 @@ def get_namesrv_config(client: NamesrvClient, args: argparse.Namespace) -> int:
     results = client.get_namesrv_configs()
     for result in results:
         if result.error is not None:
-            fail(args.command, f"get config of {result.address} failed: {result.error}")
+            fail(args.command, f"get config of {result.address} failed: {explain(result.error)}")
     if args.json:
         emit_json({r.address: r.value for r in results if r.ok})
     else:
@@ -373,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(client, args)
     except (RemotingError, ProtocolError) as exc:
-        fail(args.command, str(exc))
+        fail(args.command, explain(exc))
         return 1
     finally:
         client.close()

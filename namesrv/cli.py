@@ -1,19 +1,22 @@
 """`namesrv` / `python -m namesrv`: RocketMQ's mqnamesrv options, plus `--key=value` overrides.
 
-Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT) or `-p`/`-h`; 2 for a usage error, an
-unknown key, a value that does not parse, an unreadable config file or a port already in use —
-always as one line on stderr naming what was wrong, never a traceback. With serverWorkerProcesses
+Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT, at any point of the start too) or `-p`/`-h`;
+2 for a usage error, an unknown key, a value that does not parse, an unreadable config file, a file
+the server would write that cannot be written, or a port already in use — always as one line on
+stderr naming the key, never a traceback. With serverWorkerProcesses
 above 1 this process is the supervisor of the worker processes (namesrv.workers.supervisor).
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 from namesrv.config import ConfigError, NamesrvConfig, escape_property
 from namesrv.controller import NamesrvController, validate
 from namesrv.logsetup import DEFAULT_LOG_CONFIG, UsageError, setup_logging
 from namesrv.remoting import BindError
+from namesrv.state_files import check_state_files
 from namesrv.stop_signals import StopSignals
 from namesrv.workers.supervisor import Supervisor
 
@@ -80,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.printConfigItem:
             sys.stdout.write(config.to_text())
             return 0
+        check_state_files(config)  # KV, snapshot and config files: refused now, not at their first write
         setup_logging(args.logConfig)
         if config.server_worker_processes > 1:
             return Supervisor(config, args.logConfig).run()
@@ -103,7 +107,11 @@ def properties_template() -> str:
     defaults = NamesrvConfig().to_properties()
     lines = ["# namesrv configuration: every key with its default (Java properties syntax).",
              "# Generated from namesrv.config.NamesrvConfig by namesrv.cli.properties_template().",
-             "# Any key can also be overridden on the command line as --key=value.", ""]
+             "# Any key can also be overridden on the command line as --key=value.",
+             "# Keys a running server may change (UPDATE_NAMESRV_CONFIG: namesrv-admin updateNamesrvConfig), written",
+             "# back to the file it serves; every other key takes a restart:",
+             *textwrap.wrap(", ".join(sorted(NamesrvConfig.remote_updatable())), 100, initial_indent="#   ",
+                            subsequent_indent="#   "), ""]
     for key in NamesrvConfig.keys():
         lines.append(f"# {NamesrvConfig.doc(key)}")
         if key in MACHINE_DEFAULTS:

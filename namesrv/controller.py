@@ -30,13 +30,14 @@ from namesrv.gc_pauses import PAUSES
 from namesrv.kvconfig import KVConfigManager
 from namesrv.memory import heap_trimmer
 from namesrv.processor import WRITE_CODES, RequestProcessor
+from namesrv.processor.core import file_error
 from namesrv.processor.requests import POOL_OF
 from namesrv.metrics import ServerState, exposition, local_families
 from namesrv.metrics_peers import STATUS, MetricsGatherer, MetricsPeer
 from namesrv.operator_http import OperatorHttp
 from namesrv.remoting import BindError, Outbox, Reactor, RequestBudget, RequestDispatcher
 from namesrv.remoting.curve import exposed_without_curve
-from namesrv.remoting.reactor import tcp_endpoint
+from namesrv.remoting.reactor import TCP_KEYS, ZMQ_KEY, tcp_endpoint
 from namesrv.request_stats import RequestStats
 from namesrv.routeinfo import RouteInfoManager, now_ms
 from namesrv.routeinfo.persist import BootCopy, RouteSnapshots
@@ -104,6 +105,8 @@ class PeriodicTasks:
             name, period, task = self._tasks[index]
             try:
                 task()
+            except OSError as exc:  # a file that can no longer be written (the snapshot): one line each time
+                log.error("scheduled task %s failed: %s", name, file_error(exc))
             except Exception:  # noqa: BLE001 - one failed run must not end the schedule
                 log.exception("scheduled task %s failed", name)
             due[index] = max(due[index] + period, time.monotonic())
@@ -127,7 +130,7 @@ class NamesrvController:
     def __init__(self, config: NamesrvConfig, worker: WorkerRole | None = None,
                  on_lost_sync: Callable[[str], None] | None = None, boot_copy: BootCopy | None = None) -> None:
         validate(config)
-        self._descriptor_warning = fit_descriptor_limit(config)
+        self._descriptor_note = fit_descriptor_limit(config)
         self.config = config
         self.budget = RequestBudget.from_config(config)
         self.outbox = Outbox(self.budget)
@@ -242,8 +245,8 @@ class NamesrvController:
             self.http.start()
         if self._metrics_peer is not None:
             self._metrics_peer.start()
-        if self._descriptor_warning is not None:
-            log.warning("%s", self._descriptor_warning)
+        if self._descriptor_note is not None:  # INFO: the server adapted, and refuses a flood past it
+            log.info("%s", self._descriptor_note)
         zmq_address = self.reactor.zmq_address
         if zmq_address is not None and not self.reactor.zmq_authenticated and exposed_without_curve(zmq_address):
             log.warning("the ZeroMQ endpoint %s accepts unauthenticated peers from the network: set "
@@ -262,17 +265,17 @@ class NamesrvController:
         """Listen on the ports the supervisor reserved, beside the siblings (SO_REUSEPORT); an
         ipc/inproc ZeroMQ endpoint cannot be shared: worker 0 serves it."""
         config = self.config
-        endpoint = tcp_endpoint(config.bind_address, config.listen_port)
+        endpoint, keys = tcp_endpoint(config.bind_address, config.listen_port), TCP_KEYS
         try:
             tcp_fd = listening_fd(config.bind_address, config.listen_port, config.server_socket_backlog,
                                   config.server_socket_snd_buf_size, config.server_socket_rcv_buf_size)
             shared_zmq = zmq_tcp_address(config.zmq_listen_address) if config.zmq_listen_address else None
-            endpoint = config.zmq_listen_address
+            endpoint, keys = config.zmq_listen_address, ZMQ_KEY
             zmq_fd = None if shared_zmq is None else listening_fd(
                 *shared_zmq, config.server_socket_backlog, config.server_socket_snd_buf_size,
                 config.server_socket_rcv_buf_size)
         except OSError as exc:
-            raise BindError(endpoint, exc.strerror or str(exc)) from None
+            raise BindError(endpoint, keys, exc.strerror or str(exc)) from None
         self.reactor.bind(tcp_fd, zmq_fd, bind_zmq=shared_zmq is not None or self.bus.role.index == 0)
 
     def scan_not_active_brokers(self) -> None:

@@ -6,8 +6,9 @@ connections than its descriptor limit runs out of them under a flood. ZeroMQ's l
 fails every accept with EMFILE and retries at once, for ever: a core pinned at 100 %, new clients
 timing out, and nothing logged. So at start the soft limit is raised toward the hard one (as far
 as maxConnections needs), and if maxConnections per endpoint still does not fit beside RESERVED
-descriptors for everything else, it is clamped, with a warning: a newcomer beyond it is then
-refused at once by the endpoint (namesrv.remoting.endpoints), before descriptors run out.
+descriptors for everything else, it is clamped (logged at INFO: the default 10,000 is clamped on
+many hosts, and nothing is wrong): a newcomer beyond it is then refused at once by the endpoint
+(namesrv.remoting.endpoints), before descriptors run out.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ RESERVED = 128
 
 def fit_descriptor_limit(config: NamesrvConfig) -> str | None:
     """Raise RLIMIT_NOFILE's soft limit as far as maxConnections needs; clamp maxConnections
-    (0 = unlimited included) to what the limit then fits. Returns what to warn of once serving
+    (0 = unlimited included) to what the limit then fits. Returns what to log once serving
     (before that, a start that fails must stay one line), or None."""
     endpoints = 2 if config.zmq_listen_address else 1
     soft, hard = (math.inf if limit == resource.RLIM_INFINITY else limit

@@ -35,7 +35,10 @@ def write_atomically(path: str | Path, data: bytes | Iterable[bytes | memoryview
         final_mode: int | None = mode & stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
         final_mode = None  # `mode` less the umask: what the kernel gives a file created with `mode`
-    fd, tmp = _create(path.parent, f".{path.name}.", mode)
+    try:
+        fd, tmp = _create(path.parent, f".{path.name}.", mode)
+    except OSError as exc:  # named by the file it was to become: the temporary name means nothing to anyone
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
         try:
             if final_mode is None:

@@ -57,11 +57,13 @@ class NamesrvProcess:
             "bindAddress": "127.0.0.1",
             "listenPort": 0,
             "zmqListenAddress": "tcp://127.0.0.1:*",
+            "httpListenAddress": "127.0.0.1:0",
             "kvConfigPath": self.workdir / "kvConfig.json",
             "configStorePath": self.workdir / "namesrv.properties",
         }
-        if source_root is None:  # an older checkout may not know the key
-            settings["httpListenAddress"] = "127.0.0.1:0"
+        if source_root is not None:  # an older checkout may not know every key (it then binds no such port)
+            known = self._known_keys()
+            settings = {key: value for key, value in settings.items() if key in known}
         settings.update(overrides or {})
         self.command = [sys.executable, "-m", "namesrv"]
         if config_file is not None:
@@ -76,11 +78,21 @@ class NamesrvProcess:
         #: "http://host:port" of the operator's HTTP port, None when disabled (after start()).
         self.http_url: str | None = None
 
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (self.source_root, env.get("PYTHONPATH"))))
+        return env
+
+    def _known_keys(self) -> set[str]:
+        """The configuration keys the checkout's server knows (what its `-p` prints)."""
+        printed = subprocess.run([sys.executable, "-m", "namesrv", "-p"], capture_output=True, text=True, timeout=60,
+                                 env=self._environment(), cwd=self.workdir, check=True)
+        return {line.partition("=")[0] for line in printed.stdout.splitlines()}
+
     # ---- life cycle
     def start(self) -> NamesrvProcess:
         """Start the server and return once it serves (NamesrvStartError if it does not)."""
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (self.source_root, env.get("PYTHONPATH"))))
+        env = self._environment()
         with open(self.log_path, "wb") as log_file:  # a session of its own: the terminal's Ctrl-C is the caller's
             self._process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log_file,
                                              stderr=subprocess.STDOUT, cwd=self.workdir, env=env,

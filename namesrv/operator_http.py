@@ -38,6 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from namesrv.config import split_address
 from namesrv.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from namesrv.remoting import BindError
+from namesrv.remoting.reactor import HTTP_KEY
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,19 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("http %s: " + format, self.address_string(), *args)
 
 
+def _bound(address: str, service: OperatorHttp | None) -> _Server:
+    try:
+        return _Server(split_address(address), service)
+    except (OSError, ValueError) as exc:
+        raise BindError(address, HTTP_KEY, getattr(exc, "strerror", None) or str(exc)) from None
+
+
+def check_bindable(address: str) -> None:
+    """Bind `address` and let it go at once, BindError if it cannot be bound: how a supervisor of worker
+    processes tells a port in use before worker 0 binds it, in the same one line as the other ports."""
+    _bound(address, None).server_close()
+
+
 class OperatorHttp:
     """The HTTP port, served on a thread of its own (its answers never wait on the reactor)."""
 
@@ -242,11 +256,7 @@ class OperatorHttp:
 
     def bind(self) -> None:
         """Bind now (in the caller's thread, so a port in use is reported before the server starts)."""
-        try:
-            self._server = _Server(split_address(self._address), self)
-        except (OSError, ValueError) as exc:
-            raise BindError(f"{self._address} (httpListenAddress)", getattr(exc, "strerror", None) or str(exc)) \
-                from None
+        self._server = _bound(self._address, self)
         host, port = self._server.server_address[:2]
         self.bound = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 

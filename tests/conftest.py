@@ -10,10 +10,17 @@ from pathlib import Path
 
 import pytest
 import zmq
+from hypothesis import settings
 
 from namesrv import fastpath
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import FrameDecoder, RemotingCommand
+
+
+# Speed is measured, not asserted: no hypothesis example fails for taking long (its default deadline,
+# 200 ms, is a window a busy shared machine overruns: one example took 300 ms in a full run, 0.16 ms again).
+settings.register_profile("namesrv", deadline=None)
+settings.load_profile("namesrv")
 
 
 def cython_skip_reason() -> str | None:

@@ -5,8 +5,11 @@ A topic entry is one member of a registration's topicConfigTable; "plain" is wha
 """
 from __future__ import annotations
 
+import functools
 import os
+from typing import Any
 
+import orjson
 import pytest
 from hypothesis import strategies as st
 
@@ -44,3 +47,49 @@ PLAIN_ENTRY = st.fixed_dictionaries({
     "topicSysFlag": INT32, "order": st.booleans(), "topicFilterType": st.sampled_from(["SINGLE_TAG", "MULTI_TAG"]),
     "attributes": st.one_of(st.none(), st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2)),
 })
+
+
+# ---- the registration scanners' contract, written from it and not from either twin
+
+FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+
+
+def plain_fields(entry: Any) -> tuple | None:
+    """A topic entry's queue fields when every member is as brokers write it, else None."""
+    if type(entry) is not dict:
+        return None
+    numbers = [entry.get(key) for key in ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag")]
+    name, attributes = entry.get("topicName"), entry.get("attributes")
+    if (type(name) is str and name and all(type(n) is int and INT32_MIN <= n <= INT32_MAX for n in numbers)
+            and type(entry.get("order")) is bool and entry.get("topicFilterType") in FILTER_TYPES
+            and (attributes is None or type(attributes) is dict)):
+        return name, *numbers
+    return None
+
+
+def reference(data: bytes, path: tuple[str, ...]) -> object:
+    """What scan_registration's value must be: orjson.loads(data), the plain entries of the object at
+    `path` (from the top; the top object itself for ()) as their queue-field tuples; None where orjson
+    refuses the bytes."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    table = at_path(value, path)
+    if type(table) is dict:
+        table.update({key: fields for key, entry in table.items() if (fields := plain_fields(entry)) is not None})
+    return value
+
+
+def reference_count(data: bytes, path: tuple[str, ...]) -> int | None:
+    """What count_entries promises: the members of the object at a non-empty path, None otherwise."""
+    try:
+        table = at_path(orjson.loads(data), path)
+    except orjson.JSONDecodeError:
+        return None
+    return len(table) if type(table) is dict and path else None
+
+
+def at_path(value: object, path: tuple[str, ...]) -> object:
+    """The object at `path` from `value` (`value` itself for ()); None past a step that is not an object."""
+    return functools.reduce(lambda node, step: node.get(step) if type(node) is dict else None, path, value)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from namesrv.client import BrokerIdentity, BrokerService, BrokerTopicTable
+from namesrv.client.connection import ZMQ_HINT
 from namesrv.protocol import TopicConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,6 +120,40 @@ def test_get_and_update_namesrv_config(cluster) -> None:
     refused = admin("updateNamesrvConfig", "-n", n, "-k", "kvConfigPath", "-v", "/tmp/x", "--json", check=1)
     assert [r["code"] for r in json.loads(refused.stdout)] == [16, 16]
     assert refused.stderr.count("response code 16") == 2
+
+
+def test_a_misspelled_key_is_unknown_said_once_per_server(namesrv_factory) -> None:
+    server = namesrv_factory()
+    result = admin("updateNamesrvConfig", "-n", server.address, "-k", "scanNotActiveBrokerIntervl", "-v", "1000",
+                   check=1)
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"namesrv-admin updateNamesrvConfig: update name server config scanNotActiveBrokerIntervl=1000 on "
+        f"{server.address} failed: Can not update config scanNotActiveBrokerIntervl: unknown key (did you mean "
+        f"scanNotActiveBrokerInterval?) (response code 16, NO_PERMISSION)\n")
+
+
+def test_a_plain_client_at_the_zeromq_port_is_told_so(namesrv_factory) -> None:
+    """libzmq answers a RocketMQ frame with its greeting, or resets the connection first: either way,
+    the one line says what the port is."""
+    zmq_port = namesrv_factory().zmq_address.removeprefix("tcp://")
+    for _ in range(4):  # both of libzmq's ways, most likely
+        result = admin("clusterList", "-n", zmq_port, check=1)
+        assert result.stdout == ""
+        assert result.stderr in (
+            f"namesrv-admin clusterList: bad frame from {zmq_port}: {ZMQ_HINT}\n",
+            f"namesrv-admin clusterList: connection to {zmq_port} reset by the server before any answer: {ZMQ_HINT}\n")
+
+
+def test_a_plain_client_at_an_enforcing_tls_port_is_told_to_try_tls(namesrv_factory) -> None:
+    server = namesrv_factory(tlsMode="enforcing")
+    for command in (["clusterList"], ["updateKvConfig", "-s", "NS", "-k", "k", "-v", "v"]):
+        result = admin(*command, "-n", server.address, check=1)
+        what = "" if command == ["clusterList"] else f"update kv config [NS] k=v on {server.address} failed: "
+        assert (result.stdout, result.stderr) == ("", (
+            f"namesrv-admin {command[0]}: {what}connection to {server.address} closed by the server before any "
+            f"answer: the server may require TLS (--tls)\n"))
+    assert admin("clusterList", "-n", server.address, "--tls", "--json").returncode == 0
 
 
 def test_an_update_against_a_server_run_from_the_repos_config_file_changes_one_line(namesrv_factory,

@@ -132,26 +132,47 @@ def test_a_broker_that_stops_heartbeating_expires(namesrv_factory, admin) -> Non
         # server then closes that connection (as RocketMQ does), so the polling uses another one.
         observer = AsyncRemotingClient()
         while "broker-a" in (await observer.get_broker_cluster_info(namesrv.address)).broker_addr_table:
-            assert time.monotonic() - registered < 10, "silent broker never expired"
+            assert time.monotonic() - registered < 30, "silent broker never expired"
             await asyncio.sleep(0.05)
         gone_after = time.monotonic() - registered
         await observer.close()
         await api.close()
         return gone_after
     gone_after = run(scenario())
-    assert 1.3 < gone_after < 4.0
+    assert 1.3 < gone_after < 15  # its timeout (1.5 s), not before; then the scan, unless the machine stalls
     with pytest.raises(Exception, match="No topic route info"):
         admin.get_route_info_by_topic(namesrv.address, "Topic0")
 
 
 def test_heartbeats_keep_a_broker_with_a_short_expiry_alive(namesrv_factory, admin) -> None:
+    """broker-a registers once, then only sends BROKER_HEARTBEATs; broker-c registers after it with the
+    same timeout and stays silent (its connection open). Once broker-c has expired, broker-a's timeout
+    has passed since its only registration: its heartbeats kept it."""
     namesrv = namesrv_factory(**FAST_SCAN)
-    service = BrokerService(identity(heartbeat_timeout_ms=1000), [namesrv.address], topics(2),
+    service = BrokerService(identity(heartbeat_timeout_ms=2000), [namesrv.address], topics(2),
                             period_override_ms=60_000, heartbeat_interval_ms=200)
     service.start()
-    time.sleep(2.5)  # 2.5 expiry periods with no registration, only BROKER_HEARTBEATs
-    assert "broker-a" in brokers_on(admin, namesrv.address)
-    service.close()
+
+    async def scenario() -> None:
+        api = AsyncBrokerOuterAPI([namesrv.address], timeout=5)
+        await api.register_broker_all(identity("broker-c", port=10931, heartbeat_timeout_ms=2000),
+                                      topics(2, "Control").snapshot())
+        observer = AsyncRemotingClient()
+        started = time.monotonic()
+        while True:
+            table = (await observer.get_broker_cluster_info(namesrv.address)).broker_addr_table
+            assert "broker-a" in table, f"broker-a expired {time.monotonic() - started:.2f} s after broker-c came"
+            if "broker-c" not in table:
+                break
+            assert time.monotonic() - started < 30, "broker-c never expired"
+            await asyncio.sleep(0.05)
+        await observer.close()
+        await api.close()
+    try:
+        run(scenario())
+        assert service.service.registrations == 1
+    finally:
+        service.close()
 
 
 def broker_process(namesrv_addrs: str, *extra: str) -> subprocess.Popen:

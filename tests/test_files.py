@@ -31,6 +31,13 @@ def test_a_failed_write_keeps_the_old_file_and_removes_its_temporary_file(tmp_pa
     assert names(tmp_path) == ["file.json"]
 
 
+def test_a_file_that_cannot_be_started_is_named_by_its_target_not_its_temporary_name() -> None:
+    """What the server's one-line 'cannot write' error shows (namesrv.processor.core.file_error)."""
+    with pytest.raises(FileNotFoundError) as raised:
+        write_atomically("/proc/namesrv-test.json", b"x")  # no file can be created in /proc
+    assert (raised.value.filename, raised.value.strerror) == ("/proc/namesrv-test.json", "No such file or directory")
+
+
 @pytest.mark.parametrize("planted", ["file.json.tmp", ".file.json.tmp"])
 def test_a_symlink_planted_at_a_temporary_path_is_never_followed_nor_renamed_into_place(tmp_path: Path,
                                                                                          planted: str) -> None:

@@ -120,10 +120,13 @@ def test_a_real_search_writes_every_step_and_its_knee_matches_the_rule_on_the_ru
     out = capsys.readouterr().out
     assert code == 0, out
     result = json.loads((tmp_path / "namesrv" / "search.json").read_text())
-    first, second = result["steps"][:2]
+    first, second = result["steps"][:2]  # a third when the second is run again with one more generator process
     assert first["offered_per_s"] == pytest.approx(1008.0)  # the fleet's own rate: 8 brokers/s + 1000 clients/s
-    # doubled after a step that met the SLO, halved after one that missed (a loaded CI host may miss even 50 ms)
-    assert second["offered_per_s"] == pytest.approx(2016.0 if first["met"] else 504.0)
+    # doubled after a step that met the SLO, halved after one that missed (a loaded CI host may miss even 50 ms),
+    # run again with one more generator process after a miss put on the generator (a busy host, too)
+    first_workers = json.loads((tmp_path / "namesrv" / first["run_id"] / "meta.json").read_text())["load"]["workers"]
+    again = first["generator_limited"] and first_workers < result["plan"]["max_workers"]
+    assert second["offered_per_s"] == pytest.approx(2016.0 if first["met"] else 1008.0 if again else 504.0)
     assert f"[namesrv step 2] offered {second['offered_per_s']:,.0f}/s" in out
     assert out.splitlines()[-2].startswith("namesrv ")
     # every step's run directory judged again from its own meta.json gives the same knee
@@ -168,4 +171,7 @@ def test_namesrv_and_the_java_nameserver_are_searched_alternately_in_one_run(tmp
     java_step = json.loads((tmp_path / "java" / "java-step01" / "meta.json").read_text())
     assert java_step["server"]["implementation"] == "java" and java_step["saturation"]["implementation"] == "java"
     assert {row["request"]: row["errors"] for row in java_step["summary"]}["ALL"] == 0
-    assert "knee ratio namesrv ÷ java:" in out
+    if all(search["knee"]["offered_per_s"] for search in overall["searches"]):
+        assert "knee ratio namesrv ÷ java:" in out
+    else:  # a busy host can miss both steps of a search: no knee, and then no ratio is claimed
+        assert "knee ratio" not in out

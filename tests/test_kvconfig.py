@@ -162,3 +162,26 @@ def test_a_killed_writer_leaves_a_complete_old_or_new_file(path):
         assert seqs == {f"k{m}": max(i for i in range(newest + 1) if i % 10 == m) for m in range(min(10, newest + 1))}
         for value in table.values():
             assert value.endswith("x" * 40000)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_kv_folder_gone_after_the_start_is_one_line_to_the_client_and_in_the_log(namesrv_factory, tmp_path,
+                                                                                 workers: int) -> None:
+    """Startup checks the folder (namesrv.state_files); if it goes later, a write is refused with the
+    file and the reason, logged in one line, and the server goes on."""
+    from namesrv.client import MQResponseError, NamesrvClient
+    from namesrv.protocol import ResponseCode
+    folder = tmp_path / "kv"
+    server = namesrv_factory(kvConfigPath=folder / "kvConfig.json", serverWorkerProcesses=workers)
+    folder.rmdir()
+    folder.write_text("a file where the folder was")
+    with NamesrvClient(server.address, timeout=5) as client:
+        (refused,) = client.put_kv_config("NS", "k", "v")
+        assert isinstance(refused.error, MQResponseError), refused
+        assert (refused.error.code, refused.error.remark) == (ResponseCode.SYSTEM_ERROR,
+                                                              f"cannot write {folder}: File exists")
+        folder.unlink()
+        assert [result.ok for result in client.put_kv_config("NS", "k", "v")] == [True]  # back: it goes on
+    server.wait_for_log(rf"request code 100 from .* failed: cannot write {folder}: File exists"
+                        if workers == 1 else rf"applying a change of request code 100 .* failed: cannot write {folder}")
+    assert "Traceback" not in server.log_text()

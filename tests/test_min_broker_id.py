@@ -14,8 +14,8 @@ import pytest
 from namesrv.broker_notifier import MAX_TARGETS_PER_CHANGE, BrokerNotifier, broker_address
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
-from namesrv.protocol import (DataVersion, FrameDecoder, RegisterBrokerBody, RemotingCommand, RequestCode,
-                              ResponseCode, TopicConfig, TopicConfigSerializeWrapper)
+from namesrv.protocol import (ClusterInfo, DataVersion, FrameDecoder, RegisterBrokerBody, RemotingCommand,
+                              RequestCode, ResponseCode, TopicConfig, TopicConfigSerializeWrapper)
 from namesrv.protocol.codes import Version
 from namesrv.routeinfo import MinBrokerIdChange, Registrant, RouteInfoManager
 
@@ -487,11 +487,24 @@ def test_a_real_server_tells_the_brokers_when_the_master_goes_and_comes_back(nam
 
 
 def test_a_real_server_is_silent_while_the_switch_is_off(namesrv_factory, raw_connect, listeners):
+    """The master's connection closes and the server drops it (its group is left with ids 1 and 2, as
+    when the switch is on), yet no broker is told: a second later, no connection to any of them."""
     server = namesrv_factory()
-    (_, master_conn), (slave1, _), _ = fleet(server, raw_connect, listeners)
+    (master, master_conn), (slave1, _), (slave2, _) = fleet(server, raw_connect, listeners)
+    observer = raw_connect(server.address)
+
+    def group_ids() -> list[int]:
+        info = ClusterInfo.decode(observer.call(observer.request(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+        return sorted(info.broker_addr_table["ng"].broker_addrs)
+
+    assert group_ids() == [0, 1, 2]
     master_conn.close()
-    time.sleep(1.0)
-    assert slave1.accepted == 0
+    deadline = time.monotonic() + 10
+    while group_ids() != [1, 2]:
+        assert time.monotonic() < deadline, "the server never saw the master leave"
+        time.sleep(0.02)
+    time.sleep(1.0)  # the notifier sends within milliseconds when the switch is on
+    assert (master.accepted, slave1.accepted, slave2.accepted) == (0, 0, 0)
 
 
 def test_worker_processes_send_each_notification_once(namesrv_factory, raw_connect, listeners):

@@ -521,12 +521,15 @@ def test_unit_topic_lists_and_their_switch(ns):
 # ---------------------------------------------------------------- failures never escape
 
 
-def test_a_failing_handler_becomes_system_error(tmp_path):
+def test_a_failing_handler_becomes_system_error(tmp_path, monkeypatch):
     ns = Namesrv(tmp_path)
-    (tmp_path / "kvConfig.json").mkdir()  # the KV file can no longer be written
+    (tmp_path / "kvConfig.json").mkdir()  # the KV file can no longer be written: said in one line
     response = ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS", "key": "k", "value": "v"})
-    assert response.code == ResponseCode.SYSTEM_ERROR
-    assert response.remark.startswith("IsADirectoryError: ")
+    assert (response.code, response.remark) == (ResponseCode.SYSTEM_ERROR,
+                                                f"cannot write {tmp_path / 'kvConfig.json'}: Is a directory")
+    monkeypatch.setattr(KVConfigManager, "get", lambda *args: 1 / 0)  # any other failure: its type and text
+    response = ns.call(RequestCode.GET_KV_CONFIG, {"namespace": "NS", "key": "k"})
+    assert (response.code, response.remark) == (ResponseCode.SYSTEM_ERROR, "ZeroDivisionError: division by zero")
 
 
 texts = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from inline_harness import START, InlineServer
+from test_operator_http import requests_of, scrape
 
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
@@ -201,13 +202,20 @@ def _register(conn, queues: int, counter: int):
 
 
 def test_a_real_server_answers_pipelined_queries_inline_and_sees_changes(namesrv_factory, raw_connect):
+    """Once each kind of query was asked once (its route cached), every pipelined query of a registered
+    topic is answered inline by the reactor (`/metrics`: path fast_path, none more by the executors);
+    the others (TOPIC_NOT_EXIST) by the executors."""
     server = namesrv_factory()
     broker, client = raw_connect(server.address), raw_connect(server.address)
     _register(broker, 4, 1)
+    kinds = [(topic, serialize_type, version) for topic in (*TOPICS, "NoSuchTopic")
+             for serialize_type in (SerializeType.JSON, SerializeType.ROCKETMQ)
+             for version in (Version.V4_6_0, Version.V5_3_3)]
+    for topic, serialize_type, version in kinds:  # one at a time: each route body cached for the batch
+        client.call(client.request(ROUTE, {"topic": topic}, serialize_type=serialize_type, version=version))
+    before = requests_of(scrape(server), "GET_ROUTEINFO_BY_TOPIC")
     queries = [client.request(ROUTE, {"topic": topic}, serialize_type=serialize_type, version=version)
-               for _ in range(20) for topic in (*TOPICS, "NoSuchTopic")
-               for serialize_type in (SerializeType.JSON, SerializeType.ROCKETMQ)
-               for version in (Version.V4_6_0, Version.V5_3_3)]
+               for _ in range(20) for topic, serialize_type, version in kinds]
     client.send(*queries)
     answers = {answer.opaque: answer for answer in (client.recv() for _ in queries)}
     bodies: dict[tuple, bytes | None] = {}
@@ -217,6 +225,19 @@ def test_a_real_server_answers_pipelined_queries_inline_and_sees_changes(namesrv
         # A non-ASCII topic cannot be registered: asked for, it is a topic that does not exist.
         assert answer.code == (0 if topic in REGISTRABLE else 17) and answer.serialize_type == query_.serialize_type
         assert bodies.setdefault((topic, query_.version), answer.body) == answer.body  # cached or not: same bytes
+    registered = sum(query_.ext_fields["topic"] in REGISTRABLE for query_ in queries)
+    counted: dict[tuple[str, str], float] = {}
+
+    def answered_by(path: str, response: str) -> float:
+        return counted.get((response, path), 0.0) - before.get((response, path), 0.0)
+
+    deadline = time.monotonic() + 10  # the tallies are read at scrape time, a moment after the answers leave
+    while (answered_by("fast_path", "SUCCESS") + answered_by("executor", "TOPIC_NOT_EXIST") < len(queries)
+           and time.monotonic() < deadline):
+        counted = requests_of(scrape(server), "GET_ROUTEINFO_BY_TOPIC")
+        time.sleep(0.02)
+    assert (answered_by("fast_path", "SUCCESS"), answered_by("executor", "SUCCESS")) == (registered, 0), counted
+    assert answered_by("executor", "TOPIC_NOT_EXIST") == len(queries) - registered
     _register(broker, 8, 2)  # every topic's queue count changes: the next answers must show it
     after = client.call(client.request(ROUTE, {"topic": "TopicA"}))
     assert after.body != bodies[("TopicA", Version.V5_3_3)] and b'"readQueueNums":8' in after.body

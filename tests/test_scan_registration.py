@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastpath_cases import IMPLEMENTATIONS, _fastpath
+from fastpath_cases import IMPLEMENTATIONS, _fastpath, reference
 from namesrv.fastpath import pure
 from namesrv.protocol.topic import DataVersion, decode_registration
 
@@ -40,8 +40,8 @@ def table(value: object) -> dict:
 
 
 def full(data: bytes) -> dict:
-    """The reference: every entry, as the pure twin reads them."""
-    return table(pure.scan_registration(data, TABLE_PATH, None)[0])
+    """The reference: every entry, as the contract reads them (fastpath_cases.reference)."""
+    return table(reference(data, TABLE_PATH))
 
 
 @pytest.fixture(scope="module", params=IMPLEMENTATIONS)

@@ -48,12 +48,11 @@ def test_two_point_sweep_at_a_fixed_rate_starts_a_fresh_server_per_run(tmp_path,
                        "--rate", "200", *SMALL_FLEET, "--out", str(tmp_path)])
     assert code == 0
     out = capsys.readouterr().out
-    # 200 requests in a 1-s run: too few for a p99, so the shared rule names no best and says why (or, on a
-    # host loaded by others, that the generator lagged: a reason checked first)
-    assert out.splitlines()[-2].startswith(("no best setting named: serverSelectorThreads=1: every request kind had "
-                                            "fewer than 1000 answers",
-                                            "no best setting named: serverSelectorThreads=1: the generator was the "
-                                            "limit (generator send lag p99"))
+    # 200 requests in a 1-s run: too few for a p99, so the shared rule names no best and says why (on a busy
+    # host it may find the generator lagging first)
+    assert out.splitlines()[-2].startswith(tuple(
+        f"no best setting named: serverSelectorThreads=1: {why}"
+        for why in ("every request kind had fewer than 1000 answers", "the generator was the limit")))
     result = json.loads((tmp_path / "sweep.json").read_text())
     assert result["best"]["label"] is None and result["complete"] and result["load"] == {"rate_per_s": 200.0}
     runs = result["runs"]

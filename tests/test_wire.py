@@ -215,10 +215,13 @@ def test_closing_the_broker_connection_removes_the_broker_at_once(namesrv, raw_c
 
 
 def test_a_silent_broker_expires_after_its_own_heartbeat_timeout(namesrv_factory, raw_connect) -> None:
+    """broker-a registers and falls silent; broker-b, registered after it with the same 2-s timeout, keeps
+    beating every 0.1 s (a stall of the beats up to nearly 2 s, on a busy machine, is harmless)."""
     namesrv = namesrv_factory(scanNotActiveBrokerInterval=100)
     silent, beating, client = (raw_connect(namesrv.address) for _ in range(3))
-    register(silent, heartbeatTimeoutMillis=600)
-    register(beating, name="broker-b", addr="127.0.0.1:30911", ha="127.0.0.1:30912", heartbeatTimeoutMillis=600)
+    registered = time.monotonic()
+    register(silent, heartbeatTimeoutMillis=2000)
+    register(beating, name="broker-b", addr="127.0.0.1:30911", ha="127.0.0.1:30912", heartbeatTimeoutMillis=2000)
 
     def brokers() -> list[str]:
         answer = route(client, "TopicA")
@@ -228,10 +231,10 @@ def test_a_silent_broker_expires_after_its_own_heartbeat_timeout(namesrv_factory
     while brokers() == ["broker-a", "broker-b"]:
         beating.send(beating.request(RequestCode.BROKER_HEARTBEAT, {"clusterName": CLUSTER, "brokerName": "broker-b",
                                                                     "brokerAddr": "127.0.0.1:30911"}, oneway=True))
-        assert time.monotonic() - started < 5, "broker-a did not expire"
+        assert time.monotonic() - started < 20, "broker-a did not expire"
         time.sleep(0.1)
     assert brokers() == ["broker-b"]
-    assert 0.5 <= time.monotonic() - started
+    assert time.monotonic() - registered >= 2.0  # not before its own timeout, counted from its registration
     assert silent.closed_by_server(2)  # the expired broker's connection is closed, as RocketMQ does
     namesrv.wait_for_log(r"expired: broker broker-a\[0\] 127\.0\.0\.1:10911")
     namesrv.wait_for_log(r"closed tcp connection 127\.0\.0\.1:\d+: broker 127\.0\.0\.1:10911 expired")

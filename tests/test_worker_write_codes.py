@@ -37,12 +37,13 @@ from namesrv.protocol.msgpack_codec import decode_msgpack, encode_msgpack
 CLUSTER = "WriteCodesCluster"
 ADMIN_TOKEN = "worker-write-codes-admin-token"
 PERM_READ, PERM_WRITE = 4, 2
-#: The liveness cases: a broker's heartbeat timeout, and how long it is kept alive past it.
-HEARTBEAT_TIMEOUT_MS = 500
-KEEP_ALIVE_SECONDS = 3 * HEARTBEAT_TIMEOUT_MS / 1000
+#: The liveness cases: a broker's heartbeat timeout (no stall of a busy 2-core machine between two
+#: beats comes near it) and how often the kept broker beats.
+HEARTBEAT_TIMEOUT_MS = 2000
 BEAT_SECONDS = 0.1
-#: How long every worker has to agree after an answered write.
-AGREE_SECONDS = 1.0
+#: How long every worker has to agree after an answered write before a case gives up: polled, so an
+#: agreement takes milliseconds; the bound is only how long a loaded machine may stall.
+AGREE_SECONDS = 10.0
 
 _ports = itertools.count(21000)
 
@@ -330,7 +331,9 @@ def test_a_write_reaches_every_worker(server, conns, raw_connect, zmq_context, c
 
 
 def keep_alive(server, conns: list, raw_connect, via, n: Names, example: LivenessExample) -> None:
-    """Two brokers with a short timeout: one kept alive through `via` only, the other (the control) silent."""
+    """Two brokers with the same timeout: one kept alive through `via` only, the other (the control)
+    registered after it and silent. Once the control has expired on every worker, the timeout has
+    passed since the kept broker registered: a worker that missed the refreshes would have expired it."""
     control = Names(f"{n.tag}-control")
     register(via, n, n.topics[:2], heartbeatTimeoutMillis=HEARTBEAT_TIMEOUT_MS)
     register(raw_connect(server.address), control, control.topics[:2],  # its own connection: expiry closes it
@@ -343,15 +346,17 @@ def keep_alive(server, conns: list, raw_connect, via, n: Names, example: Livenes
     wait_until(lambda: all(brokers(conn) == {n.broker, control.broker} for conn in conns), AGREE_SECONDS,
                "both brokers registered on every worker")
     started = time.monotonic()
-    while time.monotonic() - started < KEEP_ALIVE_SECONDS:
+    while True:
         example.beat(via, n)
+        seen = [brokers(conn) for conn in conns]
+        for index, names in enumerate(seen):
+            assert n.broker in names, (f"the kept broker expired on worker {index} after "
+                                       f"{time.monotonic() - started:.2f} s (refreshed through {n.tag})")
+        if all(names == {n.broker} for names in seen):
+            return  # the control expired on every worker, the kept one on none
+        assert time.monotonic() - started < HEARTBEAT_TIMEOUT_MS / 1000 + AGREE_SECONDS, (
+            f"the control broker never expired: {seen}")
         time.sleep(BEAT_SECONDS)
-        for index, conn in enumerate(conns):
-            assert n.broker in brokers(conn), (
-                f"the kept broker expired on worker {index} after {time.monotonic() - started:.2f} s "
-                f"(refreshed through {n.tag})")
-    wait_until(lambda: all(brokers(conn) == {n.broker} for conn in conns), AGREE_SECONDS,
-               "the control broker expired on every worker and the kept one stayed")
 
 
 @pytest.mark.parametrize("code", sorted(ADMIN_CODES & WRITE_CODES))  # EXPLAIN_ROUTE, a read: tests/test_route_history.py

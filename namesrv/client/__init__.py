@@ -16,7 +16,7 @@ from namesrv.client.broker import (
 )
 from namesrv.client.connection import RemotingConnection
 from namesrv.client.errors import (InvalidRouteError, MQResponseError, RemotingConnectError, RemotingError,
-                                   RemotingTimeoutError)
+                                   RemotingTimeoutError, ServerClosedError)
 from namesrv.client.namesrv_client import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     AsyncNamesrvClient,
@@ -34,6 +34,7 @@ __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC", "AsyncBrokerOuterAPI", "AsyncBrokerService", "AsyncNamesrvClient",
     "AsyncRemotingClient", "BrokerIdentity", "BrokerOuterAPI", "BrokerService", "BrokerTopicTable",
     "CurveClientKeys", "InvalidRouteError", "LoopThread", "MQResponseError", "MessageQueue", "NamesrvClient", "RemotingClient",
-    "RemotingConnectError", "RemotingConnection", "RemotingError", "RemotingTimeoutError", "ServerResult",
+    "RemotingConnectError", "RemotingConnection", "RemotingError", "RemotingTimeoutError", "ServerClosedError",
+    "ServerResult",
     "ZmqRemotingConnection", "clamp_register_period", "client_tls_context", "parse_namesrv_addrs", "publish_queues",
 ]

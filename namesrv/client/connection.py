@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 from collections.abc import Callable, Iterable
 
-from namesrv.client.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
+from namesrv.client.errors import RemotingConnectError, RemotingError, RemotingTimeoutError, ServerClosedError
 from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH, FLAG_ONEWAY, SerializeType
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
@@ -20,6 +21,20 @@ from namesrv.protocol.frame import FrameDecoder
 log = logging.getLogger(__name__)
 
 _OPAQUE_MASK = 0x7FFFFFFF  # opaques stay positive int32, as the cpp client does
+#: The first byte a ZeroMQ peer sends (ZMTP's signature); a RocketMQ frame length never starts with it.
+ZMTP_FIRST_BYTE = b"\xff"
+ZMQ_HINT = ("this looks like namesrv's ZeroMQ endpoint (zmqListenAddress, 9877 by default), not a RocketMQ "
+            "remoting port (listenPort, 9876 by default)")
+
+
+def speaks_zeromq(address: str, timeout: float = 0.5) -> bool:
+    """Whether the server at `address` greets a new connection as a ZeroMQ endpoint does (a RocketMQ
+    server never speaks first): what to tell a user whose connection it closed unanswered."""
+    try:
+        with socket.create_connection(split_address(address), timeout=timeout) as sock:
+            return sock.recv(1) == ZMTP_FIRST_BYTE
+    except OSError:
+        return False
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -192,6 +207,8 @@ class RemotingConnection(BaseConnection, asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame_length)
         self._transport: asyncio.Transport | None = None
         self._writable: asyncio.Future[None] | None = None
+        self._tls = False
+        self._received = False
 
     @classmethod
     async def open(cls, address: str, *, serialize_type: int = SerializeType.JSON, connect_timeout: float = 3.0,
@@ -200,6 +217,7 @@ class RemotingConnection(BaseConnection, asyncio.Protocol):
         """`tls`: speak TLS with this context (the handshake is part of the connect timeout)."""
         host, port = split_address(address)
         connection = cls(address, serialize_type, max_frame_length)
+        connection._tls = tls is not None
         try:
             async with asyncio.timeout(connect_timeout):
                 await connection._loop.create_connection(lambda: connection, host, port, ssl=tls,
@@ -217,6 +235,7 @@ class RemotingConnection(BaseConnection, asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        first, self._received = not self._received, True
         try:
             for frame in self._decoder.feed(data):
                 command = RemotingCommand.decode(frame)
@@ -225,15 +244,25 @@ class RemotingConnection(BaseConnection, asyncio.Protocol):
                 else:
                     self._server_request(command)
         except ProtocolError as exc:
-            log.warning("closing connection to %s: bad frame: %s", self.address, exc)
-            self._fail_all(RemotingConnectError(f"bad frame from {self.address}: {exc}"))
+            what = ZMQ_HINT if first and data.startswith(ZMTP_FIRST_BYTE) else exc  # a greeting: say what it is
+            self._fail(RemotingConnectError(f"bad frame from {self.address}: {what}"))
             if self._transport is not None:
                 self._transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        reason = f": {exc}" if exc else ""
-        self._fail_all(RemotingConnectError(f"connection to {self.address} closed{reason}"))
+        if not self._received and self._pending and (exc is None or isinstance(exc, ConnectionResetError)):
+            how = "closed" if exc is None else "reset"
+            self._fail(ServerClosedError(f"connection to {self.address} {how} by the server before any answer",
+                                         self.address, plain=not self._tls))
+        self._fail_all(RemotingConnectError(f"connection to {self.address} closed{f': {exc}' if exc else ''}"))
         self._wake_writers()
+
+    def _fail(self, error: RemotingConnectError) -> None:
+        """Fail the calls in flight with `error`: they report it; with none in flight it is logged
+        (said once, either way)."""
+        if not self._pending and self._closed_error is None:
+            log.warning("closing connection to %s: %s", self.address, error)
+        self._fail_all(error)
 
     def pause_writing(self) -> None:
         if self._writable is None:

@@ -13,6 +13,20 @@ class RemotingConnectError(RemotingError):
     """
 
 
+class ServerClosedError(RemotingConnectError):
+    """The server closed (or reset) the connection before answering anything: what a server that
+    requires TLS (tlsMode=enforcing) does to a plain client, a ZeroMQ endpoint to a RocketMQ one, or a
+    server turning connections away.
+
+    `plain`: the connection did not speak TLS (so "try TLS" may be worth saying).
+    """
+
+    def __init__(self, message: str, address: str, plain: bool) -> None:
+        super().__init__(message)
+        self.address = address
+        self.plain = plain
+
+
 class RemotingTimeoutError(RemotingError):
     """No response within the call's timeout; the request may still have been applied."""
 

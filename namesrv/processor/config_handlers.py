@@ -10,6 +10,7 @@ adminToken, maxTopicsPerRegistration) are locked: black-listed whatever configBl
 from __future__ import annotations
 
 import copy
+import difflib
 import logging
 from pathlib import Path
 
@@ -41,14 +42,28 @@ def _prepare_config_update(ctx: HandlerContext, request: RemotingCommand, channe
     if any(key in black_listed for key in properties):
         log.warning("UPDATE_NAMESRV_CONFIG from %s refused, black-listed key in %s", channel, sorted(properties))
         return request.make_response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
-    denied = sorted(set(properties) - NamesrvConfig.remote_updatable())
-    if denied:
-        log.warning("UPDATE_NAMESRV_CONFIG from %s refused, not updatable: %s", channel, denied)
-        return request.make_response(ResponseCode.NO_PERMISSION,
-                                     f"Can not update config {', '.join(denied)}: not updatable at runtime")
+    refusal = _refusal(properties)
+    if refusal:
+        log.warning("UPDATE_NAMESRV_CONFIG from %s refused: %s", channel, refusal)
+        return request.make_response(ResponseCode.NO_PERMISSION, f"Can not update config {refusal}")
     if not properties:
         return request.make_response(ResponseCode.SUCCESS)
     return properties
+
+
+def _refusal(properties: dict[str, str]) -> str:
+    """What refuses keys outside the allowlist, by name: a key that does not exist (with the nearest
+    one that does), or one that cannot change at runtime (with those that can); "" if none is."""
+    known = NamesrvConfig.keys()
+    updatable = NamesrvConfig.remote_updatable()
+    reasons = []
+    for key in sorted(key for key in properties if key not in known):
+        nearest = difflib.get_close_matches(key, known, n=1)
+        reasons.append(f"{key}: unknown key" + (f" (did you mean {nearest[0]}?)" if nearest else ""))
+    fixed = sorted(key for key in properties if key in known and key not in updatable)
+    if fixed:
+        reasons.append(f"{', '.join(fixed)}: not updatable at runtime (updatable: {', '.join(sorted(updatable))})")
+    return "; ".join(reasons)
 
 
 def _apply_config_update(ctx: HandlerContext, properties: Change, channel: Channel) -> Refusal | None:

@@ -23,6 +23,13 @@ from namesrv.security import AdminGuard
 log = logging.getLogger(__name__)
 
 
+def file_error(exc: OSError) -> str:
+    """A file the server could not write (its folder gone, a full disk: not a bug), in one line, with
+    no traceback: startup checked the paths (namesrv.state_files), so this is what changed since."""
+    target = exc.filename2 or exc.filename  # a rename's target, not the temporary file it moves
+    return f"cannot write{f' {target}' if target else ''}: {exc.strerror or exc}"
+
+
 class RequestProcessor:
     """Decoded request in, response out; sans-IO and safe to call from many threads.
 
@@ -85,6 +92,9 @@ class RequestProcessor:
         A failure is an outcome like any other (a `Refusal` with its text), never an exception."""
         try:
             return BY_CODE[code].handler.apply(self._ctx, change, channel)
+        except OSError as exc:
+            log.error("applying a change of request code %s from %s failed: %s", code, channel, file_error(exc))
+            return Refusal(ResponseCode.SYSTEM_ERROR, file_error(exc))
         except Exception as exc:  # noqa: BLE001 - one bad change must become an answer, never stop the log
             log.exception("applying a change of request code %s from %s failed", code, channel)
             return Refusal(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
@@ -111,6 +121,9 @@ class RequestProcessor:
         except (BadRequest, ProtocolError) as exc:
             log.warning("bad request code %s from %s: %s", request.code, channel, exc)
             result = request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+        except OSError as exc:
+            log.error("request code %s from %s failed: %s", request.code, channel, file_error(exc))
+            result = request.make_response(ResponseCode.SYSTEM_ERROR, file_error(exc))
         except Exception as exc:  # noqa: BLE001 - a handler failure must become an answer, never a dropped connection
             log.exception("request code %s from %s failed", request.code, channel)
             result = request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")

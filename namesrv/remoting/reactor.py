@@ -41,11 +41,17 @@ IDLE_SWEEP_SECONDS = 1.0
 SETTLE_CHECK_SECONDS = 0.1
 
 
-class BindError(Exception):
-    """An endpoint could not be bound (port in use, bad address)."""
+#: The configuration keys each endpoint is bound from, named in a BindError.
+TCP_KEYS = "bindAddress, listenPort"
+ZMQ_KEY = "zmqListenAddress"
+HTTP_KEY = "httpListenAddress"
 
-    def __init__(self, endpoint: str, reason: str) -> None:
-        super().__init__(f"cannot listen on {endpoint}: {reason}")
+
+class BindError(Exception):
+    """An endpoint could not be bound (port in use, bad address); the message names the keys to change."""
+
+    def __init__(self, endpoint: str, keys: str, reason: str) -> None:
+        super().__init__(f"cannot listen on {endpoint} ({keys}): {reason}")
         self.endpoint = endpoint
 
 
@@ -102,7 +108,8 @@ class Reactor:
             self._curve = CurveServer.from_config(self._context, config)
         self.tls = TlsServer(config)
         try:
-            stream = self._listen(zmq.STREAM, tcp_endpoint(config.bind_address, config.listen_port), tcp_fd)
+            stream = self._listen(zmq.STREAM, tcp_endpoint(config.bind_address, config.listen_port), TCP_KEYS,
+                                  tcp_fd)
             stream.setsockopt(zmq.STREAM_NOTIFY, 1)
             self._stream = StreamEndpoint(stream, self._max_backlog_bytes(), self._on_channel_closed,
                                           config.max_frame_length, max_connections=config.max_connections,
@@ -110,7 +117,7 @@ class Reactor:
             self._add(self._stream)
             self.tcp_address = _bound(stream).removeprefix("tcp://")
             if zmq_address:
-                router = self._listen(zmq.ROUTER, zmq_address, zmq_fd)
+                router = self._listen(zmq.ROUTER, zmq_address, ZMQ_KEY, zmq_fd)
                 intake = None
                 if zmq_address.startswith("tcp://"):
                     intake = IntakeWatch(2 * config.max_frame_length)
@@ -215,8 +222,9 @@ class Reactor:
         return {transport: len(endpoint.connections) for transport, endpoint in self._endpoints.items()}
 
     # ---- internals
-    def _listen(self, kind: int, endpoint: str, fd: int | None = None) -> zmq.Socket:
-        """A socket bound to `endpoint`, or serving the listening socket `fd` (ZeroMQ closes it)."""
+    def _listen(self, kind: int, endpoint: str, keys: str, fd: int | None = None) -> zmq.Socket:
+        """A socket bound to `endpoint` (configured by `keys`), or serving the listening socket `fd`
+        (ZeroMQ closes it)."""
         config = self._config
         sock = self._context.socket(kind)
         if fd is not None:
@@ -239,7 +247,7 @@ class Reactor:
             sock.bind(endpoint)
         except zmq.ZMQError as exc:
             sock.close(0)
-            raise BindError(endpoint, zmq.strerror(exc.errno)) from None
+            raise BindError(endpoint, keys, zmq.strerror(exc.errno)) from None
         return sock
 
     def _stop_curve(self) -> None:

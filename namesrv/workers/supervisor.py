@@ -27,8 +27,9 @@ from pathlib import Path
 
 from namesrv.config import NamesrvConfig
 from namesrv.controller import DRAIN_SECONDS, FLUSH_SECONDS, validate
+from namesrv.operator_http import check_bindable
 from namesrv.remoting import BindError
-from namesrv.remoting.reactor import tcp_endpoint
+from namesrv.remoting.reactor import TCP_KEYS, ZMQ_KEY, tcp_endpoint
 from namesrv.routeinfo.persist import BootCopy
 from namesrv.stop_signals import StopSignals
 from namesrv.writelog.ports import reserve_port, zmq_tcp_address
@@ -104,10 +105,10 @@ class Supervisor:
         self._boot_copy: BootCopy | None = None
 
     def run(self) -> int:
+        stops = StopSignals()
+        stops.install()  # first: a signal while the ports are reserved still ends in a clean shutdown
         reservations = self._reserve_ports()
         self._boot_copy = BootCopy.take(self._config)
-        stops = StopSignals()
-        stops.install()
         sequencer = Sequencer(self._config, self._bus_name)
         sequencer.start()
         try:
@@ -124,21 +125,23 @@ class Supervisor:
     def _reserve_ports(self) -> list[socket.socket]:
         """Hold the ports for the workers; BindError if one is in use. Chosen ports go into the config."""
         config = self._config
+        if config.http_listen_address:
+            check_bindable(config.http_listen_address)  # worker 0's to bind: a port in use is said here too
         reservations: list[socket.socket] = []
-        endpoint = tcp_endpoint(config.bind_address, config.listen_port)
+        endpoint, keys = tcp_endpoint(config.bind_address, config.listen_port), TCP_KEYS
         try:
             reservations.append(reserve_port(config.bind_address, config.listen_port))
             config.listen_port = reservations[-1].getsockname()[1]
             shared_zmq = zmq_tcp_address(config.zmq_listen_address) if config.zmq_listen_address else None
             if shared_zmq is not None:
-                endpoint = config.zmq_listen_address
+                endpoint, keys = config.zmq_listen_address, ZMQ_KEY
                 host, _ = shared_zmq
                 reservations.append(reserve_port(*shared_zmq))
                 config.zmq_listen_address = f"tcp://{host}:{reservations[-1].getsockname()[1]}"
         except OSError as exc:
             for reservation in reservations:
                 reservation.close()
-            raise BindError(endpoint, exc.strerror or str(exc)) from None
+            raise BindError(endpoint, keys, exc.strerror or str(exc)) from None
         return reservations
 
     def _supervise(self, stops: StopSignals, sequencer: Sequencer) -> int:
