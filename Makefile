@@ -39,21 +39,23 @@ test: $(DEV_STAMP)
 	NAMESRV_REQUIRE_EXTENSION=1 $(BIN)/python -m pytest
 
 # `make bench`: the knee of a fresh namesrv and, when Java 17 is present, of the Java NameServer 4.9.8 of
-# ../shared in the same run (bench/saturation.py: searches alternate step by step), then the Spark report.
-# The fleet: 128 brokers (64 masters + 64 slaves, 2 clusters, 200 topics of 8 queues) registering every 2 s and
-# 5000 clients asking for a random topic's route every 1 s, 5,064 requests/s, scaled up and down by the search
-# with the mix kept. No BROKER_HEARTBEAT: Java 4.9.8 does not answer it. SLO: every kind's p99 within 5 ms.
+# ../shared in the same run (`python -m bench knee`: searches alternate step by step, each knee and its lowest
+# miss run twice, the servers and the generator on CPUs of their own), then the Spark report, whose first screen
+# is the verdict and the knee chart. The fleet: 128 brokers (64 masters + 64 slaves, 2 clusters, 200 topics of 8
+# queues) registering every 2 s and 5000 clients asking for a random topic's route every 1 s, 5,064 requests/s,
+# scaled up and down by the search with the mix kept. No BROKER_HEARTBEAT: Java 4.9.8 does not answer it.
+# SLO: every kind's p99 within 5 ms. `python -m bench` lists every other verb.
 BENCH_OUT := runs/bench-$(shell date +%Y%m%d-%H%M%S)
 BENCH_FLEET ?= --brokers 128 --topics 200 --queues 8 --clusters 2 --register-period 2 --heartbeat-period 0 \
 	--route-clients 5000 --route-poll-period 1
-BENCH_SEARCH ?= --java auto --slo-ms 5 --duration 8 --warmup 2 --prime 15 --max-steps 8
+BENCH_SEARCH ?= --java auto --slo-ms 5 --seconds 5 --warmup 1.5 --prime 8 --max-steps 6 --resolution 0.15
 bench: $(DEV_STAMP)
-	$(BIN)/python bench/saturation.py --launch --out $(BENCH_OUT) $(BENCH_FLEET) $(BENCH_SEARCH)
-	$(BIN)/python bench/spark_report.py $(BENCH_OUT) --out $(BENCH_OUT)/report --title "namesrv saturation search"
+	$(BIN)/python -m bench knee --launch --out $(BENCH_OUT) $(BENCH_FLEET) $(BENCH_SEARCH)
+	$(BIN)/python -m bench report $(BENCH_OUT) --out $(BENCH_OUT)/report --title "namesrv against Java: the knee"
 	@echo "bench report: $(BENCH_OUT)/report/report.html (searches in $(BENCH_OUT))"
 
 codec-bench: $(DEV_STAMP)
-	$(BIN)/python -m pytest bench/codec_bench.py -q -s --benchmark-disable-gc
+	$(BIN)/python -m bench codec
 
 clean:
 	rm -rf build $(VENV) namesrv/*.so namesrv/_fastpath.c .pytest_cache .benchmarks

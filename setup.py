@@ -44,10 +44,12 @@ setup(
     version="0.1.0",
     description="A RocketMQ-compatible NameServer with a ZeroMQ reactor and a Cython fast path",
     python_requires=">=3.11",
-    packages=find_packages(include=["namesrv", "namesrv.*"]),
+    packages=find_packages(include=["namesrv", "namesrv.*", "bench", "bench.*"]),
     package_data={"namesrv": ["*.pyx", "static/*"], "namesrv.fastpath": ["*.pxi"]},
     ext_modules=extensions(),
     cmdclass={"build_ext": OptionalBuildExt},
     install_requires=["pyzmq", "msgpack", "psutil", "orjson", "isal", "xxhash", "prometheus-client", "cryptography"],
-    entry_points={"console_scripts": ["namesrv = namesrv.__main__:main", "namesrv-admin = namesrv.admin:main"]},
+    # namesrv-bench: the benchmarks' one entry point (its own dependencies are requirements-dev.txt's)
+    entry_points={"console_scripts": ["namesrv = namesrv.__main__:main", "namesrv-admin = namesrv.admin:main",
+                                      "namesrv-bench = bench.__main__:main"]},
 )

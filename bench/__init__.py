@@ -1,1 +1,1 @@
-"""Benchmarks: codec micro-benchmarks, the heartbeat storm, thread sweeps and the Spark report."""
+"""The benchmarks: `python -m bench VERB` (bench/__main__.py lists the verbs); the storm; the Spark report."""

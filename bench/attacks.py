@@ -4,7 +4,7 @@ For every attack: the server's peak RSS growth while it runs (sampled every 10 m
 included), the worst stall a well-behaved client saw meanwhile (a route query every 20 ms on its
 own connection: the longest one took), and whether the server still answers afterwards.
 
-    python -m bench.attacks [--source TREE] [--only NAME ...] [--scale X]
+    python -m bench attacks [--source TREE] [--only NAME ...] [--scale X]
 
 runs each attack against a fresh server of this checkout, or of TREE (a worktree of an older
 commit: the same attacks, before and after), with the server's defaults unless the attack names
@@ -13,7 +13,6 @@ limits, and asserts the bounds. Everything targets 127.0.0.1 and stops by itself
 """
 from __future__ import annotations
 
-import argparse
 import json
 import selectors
 import shutil
@@ -34,8 +33,9 @@ from pathlib import Path
 import msgpack
 import psutil
 
-from bench.cli_help import HelpFormatter
-from bench.measure import percentile, tree_rss_bytes
+from bench.lib import cli
+from bench.lib.output import Printed, write_results
+from bench.lib.servers import percentile, tree_rss_bytes
 from namesrv.client import RemotingClient, RemotingError
 from namesrv.client.remoting import client_tls_context
 from namesrv.config import split_address
@@ -921,7 +921,7 @@ def _closed(sock: socket.socket) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser = cli.parser("attacks", __doc__)
     parser.add_argument("--source", metavar="TREE",
                         help="run the server from this checkout, e.g. an older commit's worktree (without it: "
                              "this checkout)")
@@ -930,11 +930,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0,
                         help="attack sizes as a multiple of the issue's (0.1: a tenth of the connections, frames, "
                              "lists)")
+    cli.add_out(parser)
     args = parser.parse_args(argv)
+    results, say = [], Printed()
     for name in args.only or ATTACKS:
-        print(run(name, args.scale, source=args.source).line(), flush=True)  # noqa: T201 - a report
+        outcome = run(name, args.scale, source=args.source)
+        say(outcome.line())
+        results.append({"attack": name, "peak_rss_growth_bytes": outcome.peak_rss_growth,
+                        "worst_stall_ms": outcome.worst_stall * 1000, "answers_after": outcome.answers_after,
+                        "detail": outcome.detail})
+    write_results(cli.out_dir(args, "attacks"), "attacks", results, say, scale=args.scale, source=args.source)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

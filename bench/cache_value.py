@@ -1,13 +1,14 @@
 """What each cache of namesrv.caches saves: the request path with and without it, in one run.
 
-    .venv/bin/python -m bench.cache_value                # 5 ABAB rounds of 0.5 s per leg
-    .venv/bin/python -m bench.cache_value --rounds 9 --leg-seconds 1
+    python -m bench cache-value                # 5 alternating rounds of 0.5 s per leg
+    python -m bench cache-value --rounds 9 --seconds 1
 
-Sans-IO: the request processor and its route table in this process, fed pre-rendered frames of
-bench.throughput's fleet (one broker, 100 topics of 8 queues), the way the reactor feeds them
+Sans-IO: the request processor and its route table in this process, fed pre-rendered frames of the
+throughput verb's fleet (one broker, 100 topics of 8 queues), the way the reactor feeds them
 (`InlineAnswers.answer_all` on each chunk, what it hands back processed and encoded as an
-executor would). For each cache, legs alternate "with" and "without" (the cache given no bytes),
-and the median of each is printed with their ratio: how many times faster the path is with it.
+executor would). For each cache, legs alternate "with" and "without" (the cache given no bytes;
+bench/lib/rounds.py), and the median of each is printed with their ratio: how many times faster the
+path is with it.
 
 * seen headers       route queries and unchanged re-registrations, header parsed every time without;
 * registration answers  unchanged re-registrations, response header encoded every time without;
@@ -15,29 +16,25 @@ and the median of each is printed with their ratio: how many times faster the pa
 """
 from __future__ import annotations
 
-import argparse
-import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.cli_help import HelpFormatter  # noqa: E402
-from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
-from namesrv.channel import Channel  # noqa: E402
-from namesrv.config import NamesrvConfig  # noqa: E402
-from namesrv.kvconfig import KVConfigManager  # noqa: E402
-from namesrv.processor import RequestProcessor  # noqa: E402
-from namesrv.processor.inline import read_header  # noqa: E402
-from namesrv.processor.seen_headers import SeenHeaders  # noqa: E402
-from namesrv.protocol import DataVersion  # noqa: E402
-from namesrv.remoting.codecs import encode_reply  # noqa: E402
-from namesrv.routeinfo import RouteInfoManager  # noqa: E402
-from namesrv.routeinfo.cache import DEFAULT_MAX_BYTES  # noqa: E402
+from bench.lib import cli
+from bench.lib.fleet import FleetShape, register_body, register_template, route_template
+from bench.lib.output import Printed, write_results
+from bench.lib.rounds import alternate, median
+from namesrv.channel import Channel
+from namesrv.config import NamesrvConfig
+from namesrv.kvconfig import KVConfigManager
+from namesrv.processor import RequestProcessor
+from namesrv.processor.inline import read_header
+from namesrv.processor.seen_headers import SeenHeaders
+from namesrv.protocol import DataVersion
+from namesrv.remoting.codecs import encode_reply
+from namesrv.routeinfo import RouteInfoManager
+from namesrv.routeinfo.cache import DEFAULT_MAX_BYTES
 
 CHUNK = 32
 CLIENT = Channel("tcp", b"client", "127.0.0.1:50000")
@@ -86,25 +83,25 @@ def rate(server: Server, frames: list[bytes], channel: Channel, seconds: float) 
     return done / (time.perf_counter() - started)
 
 
-def compare(name: str, with_it: Callable[[], float], without: Callable[[], float], rounds: int) -> float:
-    a, b = [], []
-    for _ in range(rounds):
-        a.append(with_it())
-        b.append(without())
-    ratio = statistics.median(a) / statistics.median(b)
-    print(f"{name:44s} with {statistics.median(a):>10,.0f}/s  without {statistics.median(b):>10,.0f}/s  "
-          f"ratio {ratio:5.2f}")
-    return ratio
+def compare(name: str, with_it: Callable[[], float], without: Callable[[], float], rounds: int) -> dict:
+    """Legs with and without the cache, alternating: the medians and their ratio."""
+    legs, _ = alternate(("with", "without"), rounds, lambda column: with_it() if column == "with" else without())
+    rates = {column: median(legs[column]) for column in legs}
+    return {"cache": name, "with_per_s": rates["with"], "without_per_s": rates["without"],
+            "ratio": rates["with"] / rates["without"]}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser = cli.parser("cache-value", __doc__)
     parser.add_argument("--rounds", type=int, default=5,
                         help="legs with and legs without each cache, alternating (medians over them)")
-    parser.add_argument("--leg-seconds", type=float, default=0.5, help="measured seconds per leg")
+    cli.add_seconds(parser, 0.5, "measured seconds per leg")
+    cli.add_out(parser)
     args = parser.parse_args(argv)
     fleet = FleetShape(brokers=1, topics_per_broker=100, queues_per_topic=8, clusters=1, slaves_per_master=0)
-    leg = args.leg_seconds
+    leg = args.seconds
+    say, results = Printed(), []
+    say(f"per-request answers/s, median of {args.rounds} alternating legs of {leg} s")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for sub in ("all", "no-seen", "no-templates", "no-routes"):
@@ -113,18 +110,15 @@ def main(argv: list[str] | None = None) -> int:
         no_seen = Server(root / "no-seen", fleet, seen_bytes=0)
         no_templates = Server(root / "no-templates", fleet, template_bytes=0)
         no_routes = Server(root / "no-routes", fleet, route_bytes=0)
-        print(f"per-request answers/s, median of {args.rounds} alternating legs of {leg} s")
-        compare("seen headers: route query", lambda: rate(full, full.route_frames, CLIENT, leg),
-                lambda: rate(no_seen, no_seen.route_frames, CLIENT, leg), args.rounds)
-        compare("seen headers: unchanged re-registration", lambda: rate(full, full.register_frames, BROKER, leg),
-                lambda: rate(no_seen, no_seen.register_frames, BROKER, leg), args.rounds)
-        compare("registration answers: unchanged re-registration",
-                lambda: rate(full, full.register_frames, BROKER, leg),
-                lambda: rate(no_templates, no_templates.register_frames, BROKER, leg), args.rounds)
-        compare("route bodies: route query", lambda: rate(full, full.route_frames, CLIENT, leg),
-                lambda: rate(no_routes, no_routes.route_frames, CLIENT, leg), args.rounds)
+        for name, a, b, frames, channel in (
+                ("seen headers: route query", full, no_seen, "route_frames", CLIENT),
+                ("seen headers: unchanged re-registration", full, no_seen, "register_frames", BROKER),
+                ("registration answers: unchanged re-registration", full, no_templates, "register_frames", BROKER),
+                ("route bodies: route query", full, no_routes, "route_frames", CLIENT)):
+            results.append(compare(name, lambda a=a: rate(a, getattr(a, frames), channel, leg),
+                                   lambda b=b: rate(b, getattr(b, frames), channel, leg), args.rounds))
+            row = results[-1]
+            say(f"{name:48s} with {row['with_per_s']:>10,.0f}/s  without {row['without_per_s']:>10,.0f}/s  "
+                f"ratio {row['ratio']:5.2f}")
+    write_results(cli.out_dir(args, "cache-value"), "cache-value", results, say)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Codec micro-benchmarks: the Cython fast path against the pure-Python fallback, in one run.
 
-Run: `.venv/bin/python -m pytest bench/codec_bench.py -q -s` (or `make codec-bench`).
+Run: `python -m bench codec` (or `make codec-bench`; pytest-benchmark's options follow the verb).
 Both implementations of each case are measured by pytest-benchmark; at the end one line per
 case gives both per-call times (the minimum over rounds, the least disturbed by other load on a
 shared machine) and `speedup: N.Nx` = python time / cython time. The scan_registration cases (a
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 import orjson
 import pytest
 
-from bench.storm.fleet import FleetShape, register_body
+from bench.lib.fleet import FleetShape, register_body
 from namesrv.fastpath import pure
 from namesrv.protocol import DataVersion, RemotingCommand, SerializeType
 
@@ -134,3 +135,19 @@ def test_orjson_baseline(benchmark, case: str) -> None:
     assert benchmark(orjson.loads, body) == orjson.loads(body)
     if benchmark.stats is not None:
         _seconds_per_call[case, "orjson"] = benchmark.stats.stats.min
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The verb: pytest-benchmark over this file (any of its options after the verb), then its run directory."""
+    from bench.lib import cli
+    from bench.lib.output import machine, machine_line, write_results
+
+    parser = cli.parser("codec", __doc__)
+    cli.add_out(parser)
+    args, rest = parser.parse_known_args(argv)
+    status = pytest.main([str(Path(__file__)), "-q", "-s", "--benchmark-disable-gc", "-p", "no:cacheprovider", *rest])
+    lines = [machine_line(machine()), *(_summary_line(case) for case in CASES)]
+    results = [{"case": case, "implementation": impl, "seconds_per_call": seconds}
+               for (case, impl), seconds in sorted(_seconds_per_call.items())]
+    write_results(cli.out_dir(args, "codec"), "codec", results, lines)
+    return int(status)

@@ -2,14 +2,15 @@
 
     python bench/heartbeat_storm.py --address 127.0.0.1:9876 --duration 30 --brokers 64 --register-period 1 \
         --heartbeat-period 1 --route-clients 2000 --route-poll-period 1
+    python -m bench storm --launch --seconds 10          # the same, as a verb: a fresh namesrv
 
 B brokers (masters + slaves of C clusters, T topics of Q queues each) register every P seconds
 (and optionally heartbeat), and R clients poll routes of random topics, spread over worker
-processes. Open loop (default): each request kind is sent at the fleet's rate and latency counts
-from the *intended* send time (no coordinated omission, as wrk2 and OpenMessaging Benchmark do).
-Closed loop (--mode closed): a fixed number of requests in flight per connection, for maximum
-throughput. Warm-up is excluded. The run directory (see bench/storm/rundir.py) feeds
-bench/spark_report.py.
+processes (bench/storm/worker.py, each sending through the extension's generator loop). Open loop
+(default): each request kind is sent at the fleet's rate and latency counts from the *intended*
+send time (no coordinated omission, as wrk2 and OpenMessaging Benchmark do). Closed loop (--mode
+closed): a fixed number of requests in flight per connection, for maximum throughput. Warm-up is
+excluded. The run directory (bench/lib/output.py) feeds `python -m bench report`.
 
 Route-change push: --subscribers N connections (in processes of their own) subscribe to
 --subscriber-topics topics each, and every --flap-period seconds a broker closes its connection
@@ -27,7 +28,6 @@ import ipaddress
 import logging
 import multiprocessing
 import os
-import platform
 import queue
 import shutil
 import socket
@@ -50,13 +50,22 @@ if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` imp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import namesrv  # noqa: E402
-from bench.cli_help import HelpFormatter  # noqa: E402
-from bench.storm.fleet import HEARTBEAT, REGISTER, ROUTE, ROUTE_CHANGED, FleetShape  # noqa: E402
+from bench.lib import cli  # noqa: E402
+from bench.lib.client import Client  # noqa: E402
+from bench.lib.fleet import HEARTBEAT, REGISTER, ROUTE, ROUTE_CHANGED, FleetShape  # noqa: E402
+from bench.lib.hdr import new_histogram  # noqa: E402
+from bench.lib.output import (  # noqa: E402
+    SEND_DELAY_WARNING_US,
+    RunRecorder,
+    machine,
+    machine_line,
+    request_name,
+    thread_config,
+)
+from bench.lib.verdict import Slo, step_facts  # noqa: E402
+from bench.lib.servers import CorePlan, core_plan, listening_pid, pin  # noqa: E402
 from bench.storm.flaps import MIN_PERIOD_S, FlapSchedule, new_change_times  # noqa: E402
-from bench.storm.hdr import new_histogram  # noqa: E402
-from bench.storm.probe import probe_server  # noqa: E402
-from bench.storm.resources import ResourceSampler, find_listening_pid  # noqa: E402
-from bench.storm.rundir import SEND_DELAY_WARNING_US, RunRecorder, request_name, thread_config  # noqa: E402
+from bench.storm.resources import ResourceSampler  # noqa: E402
 from bench.storm.subscriber import (  # noqa: E402
     PROPAGATION,
     PushCounts,
@@ -66,8 +75,9 @@ from bench.storm.subscriber import (  # noqa: E402
     subscribers_main,
 )
 from bench.storm.worker import SECOND, WorkerPlan, start_shielded_from_sigint, worker_main  # noqa: E402
-from namesrv import fastpath  # noqa: E402
+from namesrv.config import parse_properties  # noqa: E402
 from namesrv.launcher import NamesrvProcess, NamesrvStartError  # noqa: E402
+from namesrv.protocol import RemotingCommand, RequestCode, ResponseCode, Version  # noqa: E402
 
 log = logging.getLogger("heartbeat_storm")
 
@@ -77,11 +87,13 @@ MAX_WARMUP_S = 600.0
 MAX_SUBSCRIBERS = 20_000
 #: Exit status after Ctrl-C (128 + SIGINT, as shells report it), also when the partial run was kept.
 INTERRUPTED = 130
+#: brokers × topics bound: each broker's registration body is held in memory (~200 B per topic).
+MAX_TOPIC_ENTRIES = 5_000_000
 
 
 @dataclass
 class StormSettings:
-    """Everything one storm run needs; the CLI fills it, sweep.py and tests build it directly."""
+    """Everything one storm run needs; the CLI fills it, the knee, the sweep and tests build it directly."""
 
     address: str = "127.0.0.1:9876"
     fleet: FleetShape = field(default_factory=FleetShape)
@@ -112,6 +124,10 @@ class StormSettings:
     subscriber_processes: int = 1
     #: A broker flaps every this many seconds of the measured window (bench/storm/flaps.py); 0 = never.
     flap_period_s: float = 0.0
+    #: The CPUs of the server (when launched here) and of the generator; None: not pinned.
+    cores: CorePlan | None = None
+    #: An echo of a request counts as its answer (the ceiling as a target: what the generator reaches).
+    echo_ok: bool = False
 
     def validate(self) -> tuple[str, int]:
         """(host, port) of the target, or ValueError naming what is wrong."""
@@ -127,6 +143,9 @@ class StormSettings:
             raise ValueError(f"duration must be in (0, {MAX_DURATION_S:g}] s and warm-up in [0, {MAX_WARMUP_S:g}] s")
         if not 1 <= self.workers <= 64 or not 1 <= self.connections <= 1024 or not 1 <= self.in_flight <= 4096:
             raise ValueError("workers must be 1..64, connections 1..1024, in-flight 1..4096")
+        if self.fleet.brokers * self.fleet.topics_per_broker > MAX_TOPIC_ENTRIES:
+            raise ValueError(f"brokers × topics must be <= {MAX_TOPIC_ENTRIES:,} (every broker's registration "
+                             "body is held in memory)")
         if self.mode == "open":
             planned = sum(self.fleet.rates().values()) * (self.warmup_s + self.duration_s)
             if planned > self.max_requests:
@@ -183,6 +202,8 @@ def run_storm(settings: StormSettings) -> StormResult:
     with tempfile.TemporaryDirectory(prefix="storm-namesrv-") as workdir:
         server = NamesrvProcess(settings.launch, workdir=workdir)
         with server:
+            if settings.cores is not None:
+                pin(server.pid, settings.cores.server)
             metrics_url = None if server.http_url is None else server.http_url + "/metrics"
             result = _storm(replace(settings, address=server.address, server_pid=server.pid, metrics_url=metrics_url,
                                     extra_meta={**settings.extra_meta, "launched": {"overrides": settings.launch}}))
@@ -192,10 +213,13 @@ def run_storm(settings: StormSettings) -> StormResult:
 
 def _storm(settings: StormSettings) -> StormResult:
     host, port = settings.validate()
-    facts = probe_server(host, port)
-    if facts.problem and not facts.config and facts.version_ordinal is None:
-        raise ConnectionError(f"no NameServer at {settings.address}: {facts.problem}")
-    server_pid = settings.server_pid or find_listening_pid(port)
+    facts = probe_server(settings.address)
+    if facts["probe_problem"] and facts["version_ordinal"] is None:
+        raise ConnectionError(f"no NameServer at {settings.address}: {facts['probe_problem']}")
+    server_pid = settings.server_pid or listening_pid(port)
+    own_cpus = os.sched_getaffinity(0)  # given back after the run: a caller (a knee, a test) goes on unpinned
+    if settings.cores is not None:
+        os.sched_setaffinity(0, settings.cores.generator)
     run_id = settings.run_id or f"storm-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     run = RunRecorder(run_id)
     flaps = settings.flap_schedule()
@@ -250,6 +274,7 @@ def _storm(settings: StormSettings) -> StormResult:
                 process.kill()
         raise
     finally:
+        os.sched_setaffinity(0, own_cpus)
         stop.set()
         for timer in timed_scrapes:
             timer.cancel()
@@ -290,9 +315,9 @@ def _storm(settings: StormSettings) -> StormResult:
                  "workers_done": done},
         "fleet": settings.fleet.describe(),
         "server": _server_meta(settings.address, server_pid, facts),
-        "host": _host_meta(load_before),
-        "generator": {"python": platform.python_version(), "namesrv_package": namesrv.__version__,
-                      "fastpath": fastpath.IMPLEMENTATION, "hdrhistogram": metadata.version("hdrhistogram")},
+        "host": machine(load_before),
+        "generator": {"loop": "namesrv.fastpath.RequestGenerator", "hdrhistogram": metadata.version("hdrhistogram"),
+                      "cores": None if settings.cores is None else settings.cores.describe()},
         "summary": summary,
         "propagation": propagation,
         "server_metrics": {"url": settings.metrics_url,
@@ -332,7 +357,8 @@ def _plans(settings: StormSettings, host: str, port: int, flaps: FlapSchedule | 
             rates=share if settings.mode == "open" else {}, weights=rates if settings.mode == "closed" else {},
             connections=settings.connections, in_flight=settings.in_flight, warmup_s=settings.warmup_s,
             duration_s=settings.duration_s, drain_s=settings.drain_s,
-            max_requests=settings.max_requests // settings.workers, seed=settings.seed, flaps=flaps))
+            max_requests=settings.max_requests // settings.workers, seed=settings.seed, flaps=flaps,
+            cpus=None if settings.cores is None else settings.cores.generator, echo_ok=settings.echo_ok))
     return plans
 
 
@@ -342,7 +368,9 @@ def _subscriber_plans(settings: StormSettings, host: str, port: int, flaps: Flap
     count = settings.subscriber_processes if topics else 0
     wait_s = settings.warmup_s + settings.duration_s + settings.drain_s + 120
     return [SubscriberPlan(index=index, host=host, port=port, fleet=settings.fleet, topics=tuple(topics[index::count]),
-                           flaps=flaps, warmup_s=settings.warmup_s, stop_timeout_s=wait_s) for index in range(count)]
+                           flaps=flaps, warmup_s=settings.warmup_s, stop_timeout_s=wait_s,
+                           cpus=None if settings.cores is None else settings.cores.generator)
+            for index in range(count)]
 
 
 def _wait_ready(messages, count: int, processes, what: str) -> dict[str, int]:
@@ -546,7 +574,30 @@ def format_propagation(propagation: dict | None) -> str:
             f"{propagation['subscribers_dropped']}")
 
 
-def _server_meta(address: str, pid: int | None, facts) -> dict:
+def probe_server(address: str) -> dict:
+    """What the storm records about its target before the run: the server's own answer to
+    GET_NAMESRV_CONFIG (thread pools, selector threads; Apache RocketMQ's NameServer answers it
+    too) and the version ordinal it stamps on responses; `probe_problem` says why it is incomplete."""
+    facts: dict = {"version_ordinal": None, "version": None, "config": {}, "probe_problem": None}
+    try:
+        with Client(address, timeout=5.0) as client:
+            response = client.call(RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG, opaque=1))
+    except (OSError, ConnectionError) as exc:
+        facts["probe_problem"] = f"cannot reach {address}: {exc}"
+        return facts
+    facts["version_ordinal"] = response.version
+    try:
+        facts["version"] = Version(response.version).name
+    except ValueError:
+        facts["version"] = f"ordinal {response.version}"
+    if response.is_response and response.code == ResponseCode.SUCCESS and response.body:
+        facts["config"] = parse_properties(response.body.decode("utf-8", errors="replace"))
+    else:
+        facts["probe_problem"] = f"GET_NAMESRV_CONFIG answered code {response.code}: {response.remark}"
+    return facts
+
+
+def _server_meta(address: str, pid: int | None, facts: dict) -> dict:
     cmdline: list[str] = []
     if pid:
         try:
@@ -561,46 +612,32 @@ def _server_meta(address: str, pid: int | None, facts) -> dict:
     else:
         implementation = "unknown"
     return {"address": address, "pid": pid, "cmdline": cmdline, "implementation": implementation,
-            "namesrv_version": namesrv.__version__ if implementation == "namesrv" else None,
-            "version_ordinal": facts.version_ordinal, "version": facts.version, "config": facts.config,
-            "thread_config": thread_config(facts.config), "probe_problem": facts.problem}
-
-
-def _host_meta(load_before: tuple[float, float, float]) -> dict:
-    model = ""
-    try:
-        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"hostname": platform.node(), "platform": platform.platform(), "cpu_model": model,
-            "cpu_count": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
-            "loadavg_before": list(load_before), "loadavg_after": list(os.getloadavg())}
+            "namesrv_version": namesrv.__version__ if implementation == "namesrv" else None, **facts,
+            "thread_config": thread_config(facts["config"])}
 
 
 # ---------------------------------------------------------------- CLI
 
 
-def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
-    """The storm's options (sweep.py reuses them as a parent parser)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=add_help,
-                                     formatter_class=HelpFormatter)
+def build_parser(add_help: bool = True, prog: str | None = None) -> argparse.ArgumentParser:
+    """The storm's options (the knee and the sweep reuse them as a parent parser)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], add_help=add_help,
+                                     formatter_class=cli.HelpFormatter)
     defaults = FleetShape()
     target = parser.add_argument_group("target and run")
-    target.add_argument("--address", default="127.0.0.1:9876", help="NameServer host:port")
+    cli.add_namesrv(target, launch_flag=True, names=("--namesrv", "--address"), default="127.0.0.1:9876")
     target.add_argument("--metrics-url", help="the server's /metrics, scraped at the start and end of the run "
                         "(default with --launch: the launched server's)")
-    target.add_argument("--launch", action="store_true",
-                        help="start a fresh namesrv on a free 127.0.0.1 port for this run (ignores --address)")
-    target.add_argument("--server-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="with --launch: a namesrv config override (repeatable)")
     target.add_argument("--allow-remote", action="store_true", help="allow a non-loopback target")
     target.add_argument("--server-pid", type=int, help="pid whose CPU and RSS are sampled (when absent: whoever "
                         "listens on the port)")
+    target.add_argument("--pin", choices=("auto", "off"), default="off",
+                        help="auto: on a host of two CPUs or more, the server this run launches and the generator "
+                        "each on CPUs of their own (half each); off: wherever the scheduler puts them")
     target.add_argument("--mode", choices=("open", "closed"), default="open",
                         help="open: each request kind at its fleet rate, latency from the intended send time; "
                         "closed: --in-flight requests per connection, as fast as answered")
-    target.add_argument("--duration", type=float, default=30.0, help="measured seconds")
+    cli.add_seconds(target, 30.0, "measured seconds", "--duration")
     target.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds before")
     target.add_argument("--drain", type=float, default=5.0, help="seconds to wait for late answers")
     target.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2),
@@ -608,6 +645,7 @@ def build_parser(add_help: bool = True) -> argparse.ArgumentParser:
     target.add_argument("--connections", type=int, default=4, help="connections per worker")
     target.add_argument("--in-flight", type=int, default=32, help="closed loop: requests in flight per connection")
     target.add_argument("--max-requests", type=int, default=20_000_000, help="hard cap on requests sent")
+    target.add_argument("--out", type=Path, help="the run directory to write (when absent: --runs-dir/--run-id)")
     target.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where the run directory goes")
     target.add_argument("--run-id", help="run directory name (when absent: storm-<time>-<random>)")
     target.add_argument("--seed", type=int, default=1, help="seed of the random topic choices and churn")
@@ -650,31 +688,22 @@ def settings_from_args(args: argparse.Namespace) -> StormSettings:
                        heartbeat_period_s=args.heartbeat_period, route_clients=args.route_clients,
                        route_poll_period_s=args.route_poll_period, register_churn=args.register_churn,
                        serialize=args.serialize)
-    return StormSettings(address=args.address, fleet=fleet, mode=args.mode, duration_s=args.duration,
+    runs_dir, run_id = (args.out.parent, args.out.name) if args.out else (args.runs_dir, args.run_id)
+    return StormSettings(address=args.namesrv, fleet=fleet, mode=args.mode, duration_s=args.seconds,
                          warmup_s=args.warmup, drain_s=args.drain, workers=args.workers, connections=args.connections,
-                         in_flight=args.in_flight, max_requests=args.max_requests, runs_dir=args.runs_dir,
-                         run_id=args.run_id, server_pid=args.server_pid, allow_remote=args.allow_remote,
+                         in_flight=args.in_flight, max_requests=args.max_requests, runs_dir=runs_dir,
+                         run_id=run_id, server_pid=args.server_pid, allow_remote=args.allow_remote,
                          progress=not args.no_progress, seed=args.seed,
-                         launch=parse_overrides(args.server_set) if args.launch else None,
+                         launch=cli.parse_overrides(args.server_set) if args.launch else None,
                          metrics_url=args.metrics_url, subscribers=args.subscribers,
                          subscriber_topics=args.subscriber_topics, subscriber_processes=args.subscriber_processes,
-                         flap_period_s=args.flap_period)
+                         flap_period_s=args.flap_period, cores=core_plan(args.pin))
 
 
-def parse_overrides(items: list[str]) -> dict[str, str]:
-    """["key=value", ...] -> {key: value}; a missing "=" is a clear error."""
-    overrides = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--server-set {item!r} must be KEY=VALUE")
-        overrides[key.strip()] = value.strip()
-    return overrides
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = build_parser(prog=prog).parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    print(machine_line(machine()), flush=True)
     try:
         settings = settings_from_args(args)
         result = run_storm(settings)
@@ -685,6 +714,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"heartbeat_storm: {exc or 'interrupted'}", file=sys.stderr)
         return INTERRUPTED
     print(format_summary(result.summary))
+    server_cpu = step_facts(result.summary, result.resources, offered_per_s=0.0, duration_s=result.duration_s,
+                            workers=settings.workers, slo=Slo()).server_cpu_us_per_answer
+    print(f"server CPU: {server_cpu:.1f} µs per answered request" if server_cpu is not None else
+          "server CPU: not sampled (a server of another host, or no --server-pid)")
     if result.propagation is not None:
         print(format_propagation(result.propagation))
     if result.partial:

@@ -1,10 +1,10 @@
 """Does the Spark report scale? A synthetic sweep of storm run directories, then the report over it, timed.
 
-    .venv/bin/python -m bench.report_scale                      # 50 runs x 600 s, local[*]
-    .venv/bin/python bench/report_scale.py --runs 10 --seconds 60 --keep /tmp/scale
-    .venv/bin/python -m bench.report_scale --master spark://127.0.0.1:7077
+    python -m bench report-scale                      # 50 runs x 600 s, local[*]
+    python -m bench report-scale --runs 10 --seconds 60 --out /tmp/scale
+    python -m bench report-scale --master spark://127.0.0.1:7077
 
-The run directories have the shape bench/storm/rundir.RunRecorder writes (same parquet schemas,
+The run directories have the shape bench/lib/output.RunRecorder writes (same parquet schemas,
 row order and meta.json keys, a sweep point's meta["sweep"]), with realistic per-second HDR
 interval histograms: Poisson request counts per second at the storm fleet's rates
 (GET_ROUTEINFO_BY_TOPIC at thousands per second, REGISTER_BROKER, BROKER_HEARTBEAT), log-normal
@@ -13,11 +13,6 @@ speed, send delays of every request sent, a few TOPIC_NOT_EXIST answers and unan
 and generator and server resource samples every second. Samples are bucketed exactly as
 HdrHistogram (1 us .. 1 h, 3 significant digits) buckets them, vectorised with numpy, so a route
 interval holds hundreds of non-empty buckets as a real one does.
-
-Measured here (2 cores, local[*], default 1 GiB driver): 50 runs x 600 s = 63.8 M histogram rows,
-223 MB of parquet, generated in 44 s; build_report 186-194 s (137 s with STORM_REPORT_DRIVER_MEMORY=4g).
-Nearly all of it is two Spark jobs: the first percentile job, which also fills the cache of the
-latency rows (75 s; 42 s with 4 GiB), and the per-interval percentiles (76-87 s).
 
 The root directory also gets totals.json: per run, the answered, requested and error counts per
 request kind that were synthesized, to check a report against.
@@ -28,7 +23,6 @@ URL was given, as a storm without --metrics-url does, so the report notes "no se
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -45,20 +39,19 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.cli_help import HelpFormatter  # noqa: E402
-from bench.storm.hdr import HIGHEST_US, new_histogram  # noqa: E402
-from bench.storm.rundir import (  # noqa: E402
+from bench.lib import cli
+from bench.lib.hdr import HIGHEST_US, new_histogram
+from bench.lib.output import (
     HISTOGRAM_SCHEMA,
     METRICS,
     NO_RESPONSE,
     RESOURCE_SCHEMA,
     RESPONSE_SCHEMA,
+    Printed,
     request_name,
+    write_results,
 )
-from namesrv.protocol import RequestCode, ResponseCode  # noqa: E402
+from namesrv.protocol import RequestCode, ResponseCode
 
 MAX_RUNS = 200
 MAX_SECONDS = 3600
@@ -91,7 +84,7 @@ def kinds(route_rate: float) -> tuple[Kind, ...]:
 
 
 class HdrBuckets:
-    """HdrHistogram's bucket layout of bench.storm.hdr.new_histogram as arrays: value -> bucket, vectorised."""
+    """HdrHistogram's bucket layout of bench.lib.hdr.new_histogram as arrays: value -> bucket, vectorised."""
 
     def __init__(self) -> None:
         histogram = new_histogram()
@@ -235,12 +228,12 @@ def _write_resources(path: Path, run_id: str, seconds: int, rng: np.random.Gener
 
 def _meta(seconds: int, sweep_dir: Path, point: dict[str, str], index: int, configs: int, round_: int,
           repeat: int, started: float, route_rate: float) -> dict:
-    """A sweep point's meta.json (bench/heartbeat_storm.py's keys; the sweep's extra_meta)."""
+    """A sweep point's meta.json (the storm's keys; the sweep's extra_meta)."""
     rates = {request_name(k.code): k.rate_per_s for k in kinds(route_rate)}
     config = {"serverSelectorThreads": "1", "serverWorkerThreads": "8", "defaultThreadPoolNums": "16",
               "clientRequestThreadPoolNums": "8", **point}
     return {
-        "tool": "bench/heartbeat_storm.py (synthesized by bench/report_scale.py)",
+        "tool": "bench/heartbeat_storm.py (synthesized by python -m bench report-scale)",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S.000+00:00", time.gmtime(started)), "start_epoch_s": started,
         "mode": "open", "duration_s": seconds, "warmup_s": 10, "drain_s": 3,
         "load": {"workers": 2, "connections_per_worker": 4, "in_flight_per_connection": None, "rates_per_s": rates,
@@ -325,11 +318,10 @@ def directory_bytes(paths: list[Path]) -> int:
     return sum(f.stat().st_size for path in paths for f in path.rglob("*") if f.is_file())
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+def build_parser():
+    parser = cli.parser("report-scale", __doc__)
     parser.add_argument("--runs", type=int, default=50, help=f"run directories to synthesize (1..{MAX_RUNS})")
-    parser.add_argument("--seconds", type=int, default=600,
-                        help=f"measured seconds of each run, one interval each (1..{MAX_SECONDS})")
+    cli.add_seconds(parser, 600, f"measured seconds of each run, one interval each (1..{MAX_SECONDS})")
     parser.add_argument("--configs", type=int, default=5,
                         help=f"sweep configurations ({SWEEP_KEY} values); runs go round-robin over them, so "
                         "--runs 50 --configs 5 is 5 configurations x 10 repeats")
@@ -338,25 +330,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "BROKER_HEARTBEAT 100/s are fixed)")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the synthetic latencies")
     parser.add_argument("--master", help="Spark master URL for the report (default: local[*])")
-    parser.add_argument("--keep", type=Path,
-                        help="write the runs (sweep/), totals.json and the report (report/) under this new or empty "
-                        "directory and keep them; without it a temporary directory is used and removed")
+    parser.add_argument("--out", type=Path,
+                        help="a new or empty directory for the runs (sweep/), totals.json, the report (report/) and "
+                        "the timings (timings/, a run directory), all kept; without it a temporary directory is used "
+                        "and removed")
     parser.add_argument("--no-report", action="store_true", help="only synthesize the runs, do not build the report")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.seconds = int(args.seconds)
     try:
         check_size(args.runs, args.seconds, args.configs, args.route_rate)
     except ValueError as exc:
-        print(f"report_scale: {exc}", file=sys.stderr)
+        print(f"report-scale: {exc}", file=sys.stderr)
         return 2
-    if args.keep is not None and args.keep.exists() and any(args.keep.iterdir()):
-        print(f"report_scale: --keep {args.keep} is not empty", file=sys.stderr)
+    if args.out is not None and args.out.exists() and any(args.out.iterdir()):
+        print(f"report-scale: --out {args.out} is not empty", file=sys.stderr)
         return 2
-    root = args.keep or Path(tempfile.mkdtemp(prefix="report-scale-"))
+    root = args.out or Path(tempfile.mkdtemp(prefix="report-scale-"))
     root.mkdir(parents=True, exist_ok=True)
+    say = Printed()
     try:
         started = time.perf_counter()
         directories, totals = synthesize(root, args.runs, args.seconds, args.configs, args.route_rate, args.seed)
@@ -365,36 +360,36 @@ def main(argv: list[str] | None = None) -> int:
                                           + "\n", encoding="utf-8")
         rows = sum(t.histogram_rows for t in totals.values())
         answered = sum(sum(t.answered.values()) for t in totals.values())
-        print(f"runs: {args.runs} ({args.configs} configurations x {-(-args.runs // args.configs)} repeats), "
-              f"{args.seconds} measured s each")
-        print(f"histogram rows: {rows:,} ({rows / args.runs / args.seconds:,.0f} per run-second), "
-              f"answered requests: {answered:,}")
-        print(f"bytes on disk: {directory_bytes(directories):,}")
-        print(f"generation: {generation_s:.1f} s")
-        if args.no_report:
-            return 0
-        from bench import spark_report  # pyspark only when reporting
+        result = {"runs": args.runs, "seconds": args.seconds, "configs": args.configs, "histogram_rows": rows,
+                  "answered": answered, "bytes": directory_bytes(directories), "generation_s": generation_s}
+        say(f"runs: {args.runs} ({args.configs} configurations x {-(-args.runs // args.configs)} repeats), "
+            f"{args.seconds} measured s each")
+        say(f"histogram rows: {rows:,} ({rows / args.runs / args.seconds:,.0f} per run-second), "
+            f"answered requests: {answered:,}")
+        say(f"bytes on disk: {result['bytes']:,}")
+        say(f"generation: {generation_s:.1f} s")
+        if not args.no_report:
+            from bench import spark_report  # pyspark only when reporting
 
-        with PeakRss() as peak:
-            started = time.perf_counter()
-            spark = spark_report.create_spark(args.master)
-            session_s = time.perf_counter() - started
-            try:
+            with PeakRss() as peak:
                 started = time.perf_counter()
-                report = spark_report.build_report(spark, [str(d) for d in directories], root / "report",
-                                                   title=f"report_scale: {args.runs} runs x {args.seconds} s")
-                report_s = time.perf_counter() - started
-            finally:
-                spark.stop()
-        print(f"Spark session start ({args.master or 'local[*]'}): {session_s:.1f} s")
-        print(f"report wall time (build_report): {report_s:.1f} s -> {report}")
-        print(f"peak RSS: driver JVM {peak.jvm / 2**20:,.0f} MiB, Python "
-              f"{max(peak.python, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) / 2**20:,.0f} MiB")
+                spark = spark_report.create_spark(args.master)
+                session_s = time.perf_counter() - started
+                try:
+                    started = time.perf_counter()
+                    report = spark_report.build_report(spark, [str(d) for d in directories], root / "report",
+                                                       title=f"report-scale: {args.runs} runs x {args.seconds} s")
+                    report_s = time.perf_counter() - started
+                finally:
+                    spark.stop()
+            python_peak = max(peak.python, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+            result.update(session_s=session_s, report_s=report_s, driver_jvm_peak_bytes=peak.jvm,
+                          python_peak_bytes=python_peak)
+            say(f"Spark session start ({args.master or 'local[*]'}): {session_s:.1f} s")
+            say(f"report wall time (build_report): {report_s:.1f} s -> {report}")
+            say(f"peak RSS: driver JVM {peak.jvm / 2**20:,.0f} MiB, Python {python_peak / 2**20:,.0f} MiB")
+        write_results(root / "timings", "report-scale", [result], say)
         return 0
     finally:
-        if args.keep is None:
+        if args.out is None:
             shutil.rmtree(root, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,13 +1,13 @@
 """CPU instructions per request on the reactor's inline path, counted by callgrind: a comparison
 between two checkouts that this machine's noise cannot move.
 
-    .venv/bin/python -m bench.request_instructions                       # this checkout only
-    .venv/bin/python -m bench.request_instructions --against /tmp/base   # and another (ratio new/other)
+    python -m bench request-instructions                       # this checkout only
+    python -m bench request-instructions --against /tmp/base   # and another (ratio new/other)
 
-The TCP benchmark (bench.throughput) measures what a client sees, but on a shared 2-core host its
+The TCP benchmark (`python -m bench throughput`) measures what a client sees, but on a shared 2-core host its
 legs of one server can differ by a factor of two, so a 5-20% change in per-request cost is below
 its noise. Instructions do not depend on what else the machine runs. For each workload, frames
-are rendered once here (bench.storm.fleet's broker of 100 topics) and replayed by a child Python
+are rendered once here (bench/lib/fleet.py's broker of 100 topics) and replayed by a child Python
 of each checkout (its own `namesrv` and built extension) under `valgrind --tool=callgrind`,
 through `RequestProcessor(...).inline.answer_all`, one frame per call (what the reactor calls per
 received chunk; a closed-loop client's chunk holds one request); a run with no
@@ -17,15 +17,14 @@ its extension built (`python setup.py build_ext --inplace` in it).
 * route          GET_ROUTEINFO_BY_TOPIC of a registered topic, answered from the route cache;
 * register-same  REGISTER_BROKER with the broker's unchanged body (the 30-second heartbeat);
 * register-new   a new DataVersion in every request (the body is decoded; no topic changes);
-* register-churn the same, and the write perm of two topics changes each time (bench.throughput's
-                 register-churn: two routes change per registration);
+* register-churn the same, and the write perm of two topics changes each time (the throughput
+                 verb's register-churn: two routes change per registration);
 * heartbeat      BROKER_HEARTBEAT (904) of the registered broker (a 5.x broker's liveness beat);
 * data-version   QUERY_DATA_VERSION of the registered broker with its current DataVersion (a 4.x
                  broker asks before it re-registers).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import pickle
 import shutil
@@ -35,14 +34,11 @@ import tempfile
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.cli_help import HelpFormatter  # noqa: E402
-from bench.storm.fleet import (FleetShape, FrameTemplate, heartbeat_template, register_body,  # noqa: E402
-                               register_template, route_template)
-from namesrv.protocol import DataVersion, RemotingCommand, RequestCode  # noqa: E402
-from namesrv.protocol.codes import LanguageCode, Version  # noqa: E402
+from bench.lib import cli
+from bench.lib.fleet import FleetShape, data_version_template, heartbeat_template, register_body, register_template, \
+    route_template
+from bench.lib.output import Printed, write_results
+from namesrv.protocol import DataVersion
 
 WORKLOADS = ("route", "register-same", "register-new", "register-churn", "heartbeat", "data-version")
 #: Registrations replayed before counting starts (and a route query per topic): the route table,
@@ -93,10 +89,7 @@ def workload_frames(name: str, count: int) -> tuple[list[bytes], list[bytes]]:
         template = heartbeat_template(fleet, broker)
         frames = [template.render(i + 1)[4:] for i in range(count)]
     elif name == "data-version":
-        template = FrameTemplate(RemotingCommand.request(
-            RequestCode.QUERY_DATA_VERSION, {"clusterName": broker.cluster, "brokerAddr": broker.address,
-                                             "brokerName": broker.name, "brokerId": broker.broker_id},
-            DataVersion(1, 1).encode(), version=Version.V5_3_3, language=LanguageCode.JAVA))
+        template = data_version_template(fleet, broker, DataVersion(1, 1))
         frames = [template.render(i + 1)[4:] for i in range(count)]
     elif name in ("register-new", "register-churn"):
         now = int(time.time() * 1000)
@@ -128,27 +121,29 @@ def per_request(tree: Path, frames_file: Path, count: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser = cli.parser("request-instructions", __doc__)
     parser.add_argument("--against", type=Path, metavar="TREE",
                         help="another checkout (its extension built) to compare with, ratio new/other (without it: "
                              "this checkout only)")
     parser.add_argument("--requests", type=int, default=400, help="requests counted per workload")
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help=f"comma-separated workloads to count, in order (of {', '.join(WORKLOADS)})")
+    cli.add_out(parser)
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed (Debian: apt-get install -y valgrind)")
     trees = [_ROOT] + ([args.against.resolve()] if args.against else [])
-    print("instructions per request on the inline path (callgrind); " + ", ".join(str(tree) for tree in trees))
+    say, results = Printed(with_machine=False), []  # the lead's diffs read this format: unchanged
+    say("instructions per request on the inline path (callgrind); " + ", ".join(str(tree) for tree in trees))
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.workloads.split(","):
             frames_file = Path(scratch) / f"{name}.pickle"
             frames_file.write_bytes(pickle.dumps(workload_frames(name, args.requests)))
             counts = [per_request(tree, frames_file, args.requests) for tree in trees]
             ratio = f"  ratio {counts[0] / counts[1]:.3f}" if len(counts) == 2 else ""
-            print(f"{name:14s} " + "  ".join(f"{count:10,.0f}" for count in counts) + ratio)
+            say(f"{name:14s} " + "  ".join(f"{count:10,.0f}" for count in counts) + ratio)
+            results.append({"workload": name, "instructions": counts[0],
+                            **({"against": counts[1], "ratio": counts[0] / counts[1]} if len(counts) == 2 else {})})
+    write_results(cli.out_dir(args, "request-instructions"), "request-instructions", results, say,
+                  trees=[str(tree) for tree in trees])
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

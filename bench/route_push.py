@@ -1,7 +1,7 @@
 """Route-change push under load: how fast a broker's departure reaches 1,000 subscribers, and what it costs.
 
-    .venv/bin/python -m bench.route_push                         # both scenarios
-    .venv/bin/python -m bench.route_push --subscribers 200 --all-topics 2000
+    python -m bench route-push                         # both scenarios
+    python -m bench route-push --subscribers 200 --all-topics 2000
 
 * leave: `subscribers` connections, each subscribed to 4 topics of a broker of 20 topics (a mix over
   them); the broker's connection is closed at t0. Propagation latency is t0 to each subscriber
@@ -11,60 +11,36 @@
   pushed (none missed); the time until the last subscriber has all of them, the server's RSS growth
   and its CPU seconds for the round are printed.
 
-The subscribers run in GENERATORS processes (selectors over raw sockets, frames decoded by
-namesrv.protocol); the server is a fresh namesrv (namesrv.launcher).
+The subscribers run in GENERATORS processes (selectors over bench/lib/client.py's connections);
+the server is a fresh namesrv (namesrv.launcher).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import selectors
-import socket
-import sys
 import time
-import zlib
-from pathlib import Path
 
 import psutil
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.cli_help import HelpFormatter  # noqa: E402
-from bench.measure import percentile  # noqa: E402
-from namesrv.fastpath import split_frames  # noqa: E402
-from namesrv.launcher import NamesrvProcess  # noqa: E402
-from namesrv.protocol import (DataVersion, RegisterBrokerBody, RemotingCommand, RequestCode,  # noqa: E402
-                              ResponseCode, TopicConfig, TopicConfigSerializeWrapper)
-from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH  # noqa: E402
+from bench.lib import cli
+from bench.lib.client import Client
+from bench.lib.output import Printed, write_results
+from bench.lib.servers import percentile
+from namesrv.fastpath import body_crc32
+from namesrv.launcher import NamesrvProcess
+from namesrv.protocol import (DataVersion, RegisterBrokerBody, RemotingCommand, RequestCode, ResponseCode,
+                              TopicConfig, TopicConfigSerializeWrapper)
 
 GENERATORS = 2
 
 
-def connect(address: str) -> socket.socket:
-    host, port = address.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-def call(sock: socket.socket, command: RemotingCommand) -> RemotingCommand:
-    sock.sendall(command.encode())
-    data = b""
-    while True:
-        frames, consumed = split_frames(data, DEFAULT_MAX_FRAME_LENGTH)
-        if frames:
-            return RemotingCommand.decode(frames[0])
-        data += sock.recv(1 << 20)
-
-
-def register(sock: socket.socket, name: str, topics: list[str]) -> None:
+def register(client: Client, name: str, topics: list[str]) -> None:
     table = {topic: TopicConfig(topic, 4, 4) for topic in topics}
     body = RegisterBrokerBody(TopicConfigSerializeWrapper(table, DataVersion(1, int(time.time() * 1000), 0))).encode()
     header = {"brokerName": name, "brokerAddr": f"127.0.0.1:{10000 + len(topics)}", "clusterName": "PushBench",
-              "brokerId": 0, "haServerAddr": "127.0.0.1:1", "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
-    answer = call(sock, RemotingCommand.request(RequestCode.REGISTER_BROKER, header, body))
+              "brokerId": 0, "haServerAddr": "127.0.0.1:1", "bodyCrc32": body_crc32(body)}
+    answer = client.call(RemotingCommand.request(RequestCode.REGISTER_BROKER, header, body))
     if answer.code != ResponseCode.SUCCESS:
         raise RuntimeError(f"registration failed: {answer}")
 
@@ -73,7 +49,7 @@ def run_scenario(server: NamesrvProcess, subscribers: int, topics_of: list[str |
                  expected: int) -> dict[str, object]:
     ctx = multiprocessing.get_context("spawn")  # a forked child would hold the broker's connection open
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    broker = connect(server.address)
+    broker = Client(server.address, timeout=30)
     register(broker, "push-victim", broker_topics)
     per = [subscribers // GENERATORS + (1 if i < subscribers % GENERATORS else 0) for i in range(GENERATORS)]
     processes = [ctx.Process(target=_subscribers, args=(server.address, n, topics_of, expected, ready, go,
@@ -111,16 +87,16 @@ def _subscribers(address: str, count: int, topics_of: list[str | None], expected
     selector = selectors.DefaultSelector()
     states = []
     for i in range(count):
-        sock = connect(address)
+        client = Client(address, timeout=30)
         topics = topics_of[i % len(topics_of)]
         ext = {"all": "true"} if topics is None else {"topics": topics}
-        answer = call(sock, RemotingCommand.request(RequestCode.SUBSCRIBE_ROUTE_CHANGES, ext, opaque=1))
+        answer = client.call(RemotingCommand.request(RequestCode.SUBSCRIBE_ROUTE_CHANGES, ext, opaque=1))
         if answer.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"subscription refused: {answer}")
         known = {r["topic"]: r["version"] for r in json.loads(answer.body)["routes"]}
-        sock.setblocking(False)
-        state = {"sock": sock, "buffer": b"", "known": known, "changed": set(), "done": None, "missed": 0}
-        selector.register(sock, selectors.EVENT_READ, state)
+        client.sock.setblocking(False)
+        state = {"client": client, "known": known, "changed": set(), "done": None, "missed": 0}
+        selector.register(client.sock, selectors.EVENT_READ, state)
         states.append(state)
     ready.put(count)
     go.wait()
@@ -130,13 +106,10 @@ def _subscribers(address: str, count: int, topics_of: list[str | None], expected
         for key, _ in selector.select(1.0):
             state = key.data
             try:
-                data = state["sock"].recv(1 << 22)
+                frames = state["client"].read()
             except BlockingIOError:
                 continue
             now = time.monotonic()
-            buffer = state["buffer"] + data
-            frames, consumed = split_frames(buffer, DEFAULT_MAX_FRAME_LENGTH)
-            state["buffer"] = buffer[consumed:]
             for frame in frames:
                 command = RemotingCommand.decode(frame)
                 if command.code != RequestCode.ROUTE_CHANGED or command.body is None:
@@ -148,43 +121,48 @@ def _subscribers(address: str, count: int, topics_of: list[str | None], expected
                     state["changed"].add(change["topic"])
             if state["done"] is None and len(state["changed"]) >= expected:
                 state["done"] = now
-                selector.unregister(state["sock"])
+                selector.unregister(state["client"].sock)
                 open_ -= 1
     results.put(([s["done"] for s in states if s["done"] is not None], sum(s["missed"] for s in states)))
     for state in states:
-        state["sock"].close()
+        state["client"].close()
 
 
-def report(name: str, result: dict[str, object], subscribers: int) -> None:
+def report(name: str, result: dict[str, object], subscribers: int) -> str:
     dones = result["dones"]
-    print(f"{name}: {len(dones)} of {subscribers} subscribers had the change; propagation p50 "
-          f"{percentile(dones, 50) * 1000:.1f} ms, p99 {percentile(dones, 99) * 1000:.1f} ms, max "
-          f"{(dones[-1] if dones else float('nan')) * 1000:.1f} ms; versions missed {result['missed']}; server CPU "
-          f"{result['cpu_s']:.2f} s; server RSS growth {result['rss_growth'] / 2**20:.1f} MiB")
+    return (f"{name}: {len(dones)} of {subscribers} subscribers had the change; propagation p50 "
+            f"{percentile(dones, 50) * 1000:.1f} ms, p99 {percentile(dones, 99) * 1000:.1f} ms, max "
+            f"{(dones[-1] if dones else float('nan')) * 1000:.1f} ms; versions missed {result['missed']}; server CPU "
+            f"{result['cpu_s']:.2f} s; server RSS growth {result['rss_growth'] / 2**20:.1f} MiB")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser = cli.parser("route-push", __doc__)
     parser.add_argument("--subscribers", type=int, default=1000,
                         help="subscriber connections waiting for route-change pushes")
     parser.add_argument("--all-topics", type=int, default=10_000,
                         help="topics of the departing broker in the 'all' scenario (every subscriber has them all)")
     parser.add_argument("--scenarios", default="leave,all",
                         help="comma-separated scenarios to run, in order (of leave, all; each on a fresh server)")
+    cli.add_out(parser)
     args = parser.parse_args(argv)
+    say, results = Printed(), []
     for scenario in args.scenarios.split(","):
         with NamesrvProcess({"zmqListenAddress": "", "maxConnections": args.subscribers + 100}) as server:
             if scenario == "leave":
                 topics = [f"Leave{i}" for i in range(20)]
                 mix = [";".join(topics[i:i + 4]) for i in range(0, 20, 4)]
                 result = run_scenario(server, args.subscribers, mix, topics, 4)
-                report("leave (broker of 20 topics, subscribers to 4 each)", result, args.subscribers)
+                title = "leave (broker of 20 topics, subscribers to 4 each)"
             else:
                 topics = [f"All{i}" for i in range(args.all_topics)]
                 result = run_scenario(server, args.subscribers, [None], topics, len(topics))
-                report(f"all ({len(topics)} topics, subscribers to every topic)", result, args.subscribers)
+                title = f"all ({len(topics)} topics, subscribers to every topic)"
+        say(report(title, result, args.subscribers))
+        dones = result["dones"]
+        results.append({"scenario": scenario, "subscribers": args.subscribers, "had_the_change": len(dones),
+                        "p50_ms": percentile(dones, 50) * 1000, "p99_ms": percentile(dones, 99) * 1000,
+                        "max_ms": dones[-1] * 1000 if dones else None, "versions_missed": result["missed"],
+                        "server_cpu_s": result["cpu_s"], "server_rss_growth_bytes": result["rss_growth"]})
+    write_results(cli.out_dir(args, "route-push"), "route-push", results, say)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Soak: a real namesrv under steady load for N minutes, with faults injected on a schedule.
 
-    python bench/soak.py --minutes 3 --json soak.json
+    python -m bench soak --seconds 180
 
 Load: a light stream of route queries and KV reads/writes (--rate requests/s). Every --fault-every
 seconds the next fault of the cycle is injected: a SIGKILL of a simulated broker process (a fresh
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import signal
@@ -33,15 +32,13 @@ from pathlib import Path
 
 import psutil
 
-if __package__ in (None, ""):  # run as a script: make `namesrv` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.lib import cli
+from bench.lib.output import Printed, write_results
+from namesrv.client import AsyncRemotingClient, RemotingError
+from namesrv.launcher import NamesrvProcess
+from namesrv.protocol import RemotingCommand, RequestCode, ResponseCode
 
-from bench.cli_help import HelpFormatter  # noqa: E402
-from namesrv.client import AsyncRemotingClient, RemotingError  # noqa: E402
-from namesrv.launcher import NamesrvProcess  # noqa: E402
-from namesrv.protocol import RemotingCommand, RequestCode, ResponseCode  # noqa: E402
-
-MAX_MINUTES = 30
+MAX_SECONDS = 1800
 FAULTS = ("broker_kill", "connection_flood", "garbage_frames", "server_restart")
 TOPICS_PER_BROKER = 4
 #: How long a fault may take to settle before its check counts a broker as lost.
@@ -271,7 +268,7 @@ def trend(samples: list[tuple[float, float]]) -> dict[str, object]:
 def run(args: argparse.Namespace) -> dict[str, object]:
     rng = random.Random(args.seed)
     started = time.monotonic()
-    deadline = started + args.minutes * 60
+    deadline = started + args.seconds
     namesrv = NamesrvProcess({"zmqListenAddress": ""}).start()
     overrides: dict[str, object] = {"zmqListenAddress": "", "listenPort": namesrv.port}
     address = namesrv.address
@@ -297,7 +294,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             if now < next_fault:
                 time.sleep(min(next_fault, next_sample) - now)
                 continue
-            if not restarted and "server_restart" in args.faults and now - started >= args.minutes * 15:
+            if not restarted and "server_restart" in args.faults and now - started >= args.seconds / 4:
                 kind = "server_restart"
             elif not cycle:
                 next_fault = deadline
@@ -330,7 +327,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         namesrv.close()
     tally = load.tally
     result: dict[str, object] = {
-        "minutes": args.minutes, "brokers": args.brokers, "rate": args.rate,
+        "seconds": args.seconds, "brokers": args.brokers, "rate": args.rate,
         "requests": tally.requests, "codes": dict(tally.codes), "errors": dict(tally.errors),
         "faults": faults,
         "registrations_lost": sum(f["lost"] for f in faults),
@@ -361,7 +358,7 @@ def settle(load: Load, kind: str, at: float, brokers: list[Broker], killed: list
 
 
 def report(result: dict[str, object]) -> str:
-    lines = [f"soak: {result['minutes']} min, {result['brokers']} brokers, ~{result['rate']} req/s",
+    lines = [f"soak: {result['seconds']:g} s, {result['brokers']} brokers, ~{result['rate']} req/s",
              f"requests {result['requests']}; answers by code {result['codes']}; errors {result['errors'] or 'none'}",
              f"faults {Counter(f['kind'] for f in result['faults'])}; settle times (s) "
              f"{[f['settled_s'] for f in result['faults']]}",
@@ -378,8 +375,8 @@ def report(result: dict[str, object]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    parser.add_argument("--minutes", type=float, default=2.0, help=f"duration in minutes (at most {MAX_MINUTES})")
+    parser = cli.parser("soak", __doc__)
+    cli.add_seconds(parser, 120.0, f"how long the soak lasts, seconds (at most {MAX_SECONDS})")
     parser.add_argument("--brokers", type=int, default=6, help="simulated broker processes kept alive")
     parser.add_argument("--rate", type=int, default=200, help="requests per second of the load stream")
     parser.add_argument("--fault-every", type=float, default=5.0, help="seconds between faults")
@@ -391,23 +388,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1,
                         help="seed of the fault schedule's random choices (which broker is killed, the garbage "
                              "bytes), for a repeatable run")
-    parser.add_argument("--json", metavar="FILE",
-                        help="also write the result as JSON to this file (without it: printed only)")
+    cli.add_out(parser)
     args = parser.parse_args(argv)
-    if not 0 < args.minutes <= MAX_MINUTES:
-        parser.error(f"--minutes must be in (0, {MAX_MINUTES}]")
+    if not 0 < args.seconds <= MAX_SECONDS:
+        parser.error(f"--seconds must be in (0, {MAX_SECONDS}]")
     if args.brokers < 1:
         parser.error("--brokers must be at least 1")
     args.faults = [kind for kind in args.faults.split(",") if kind]
     if set(args.faults) - set(FAULTS):
         parser.error(f"unknown fault kinds {sorted(set(args.faults) - set(FAULTS))}")
+    say = Printed()
     result = run(args)
-    print(report(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+    for line in report(result).splitlines():
+        say(line)
+    write_results(cli.out_dir(args, "soak"), "soak", [{k: v for k, v in result.items() if k != "rss"}], say,
+                  rss=result["rss"])
     failed = result["registrations_lost"] or result["killed_still_routable"] or result["rss_verdict"] == "grows"
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,9 +1,9 @@
 """Are route queries served as fast with the status page open and the divergence check running?
 
-    .venv/bin/python -m bench.status_page_cost --rounds 4 --leg-seconds 3
+    python -m bench status-page-cost --rounds 4 --seconds 3
 
-One namesrv (A) serves bench.throughput's route workload (4 connections x 32 in flight) in legs
-of two kinds, in ABBA order (bench.throughput.leg_order), on the same server in the same run:
+One namesrv (A) serves the throughput verb's route workload (4 connections x 32 in flight) in legs
+of two kinds, in ABBA order (bench/lib/rounds.py), on the same server in the same run:
 * quiet     nobody looks at the page, the divergence check is paused (peerDivergenceEnable=false);
 * observed  a page is open: /status.json and /status/events.json every second (the page polls
             every two), a topic search every 5 s; and the divergence check runs against a peer
@@ -17,48 +17,34 @@ and what the observer did (page answers, the route queries the check sent the pe
 """
 from __future__ import annotations
 
-import argparse
-import json
-import socket
-import statistics
-import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.cli_help import HelpFormatter  # noqa: E402
-from bench.storm.fleet import FleetShape, register_body, register_template  # noqa: E402
-from bench.throughput import build_workload, leg_order, run_leg  # noqa: E402
-from namesrv.client import RemotingClient  # noqa: E402
-from namesrv.fastpath import split_frames  # noqa: E402
-from namesrv.launcher import NamesrvProcess  # noqa: E402
-from namesrv.protocol import DataVersion  # noqa: E402
-from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH  # noqa: E402
+from bench.lib import cli
+from bench.lib.client import Client
+from bench.lib.fleet import FleetShape, register_command, register_body
+from bench.lib.output import Printed, write_results
+from bench.lib.rounds import alternate, median
+from bench.throughput import LegResult, build_workload, run_leg
+from namesrv.client import RemotingClient
+from namesrv.launcher import NamesrvProcess
+from namesrv.protocol import DataVersion, ResponseCode
 
 KINDS = ("quiet", "observed")
 
 
-def register_fleet(address: str, fleet: FleetShape) -> list[socket.socket]:
+def register_fleet(address: str, fleet: FleetShape) -> list[Client]:
     """Every broker of `fleet` registered over a connection of its own (kept open: a closed one
     removes its broker)."""
-    host, port = address.rsplit(":", 1)
     held = []
     for index in range(fleet.brokers):
         broker = fleet.broker(index)
-        frame = register_template(fleet, broker, register_body(fleet, broker.cluster, DataVersion(1, 1))).render(1)
-        sock = socket.create_connection((host, int(port)), timeout=30)
-        sock.sendall(frame)
-        data = b""
-        while not split_frames(data, DEFAULT_MAX_FRAME_LENGTH)[0]:
-            chunk = sock.recv(1 << 16)
-            if not chunk:
-                raise ConnectionError(f"{address} closed the connection of broker {index}")
-            data += chunk
-        held.append(sock)
+        client = Client(address, timeout=30)
+        held.append(client)
+        answer = client.call(register_command(fleet, broker, register_body(fleet, broker.cluster, DataVersion(1, 1))))
+        if answer.code != ResponseCode.SUCCESS:
+            raise RuntimeError(f"{address} refused broker {index}: {answer.code} {answer.remark}")
     return held
 
 
@@ -112,10 +98,9 @@ def route_queries(server: NamesrvProcess) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.status_page_cost", description=__doc__.split("\n\n")[0],
-                                     formatter_class=HelpFormatter)
+    parser = cli.parser("status-page-cost", __doc__)
     parser.add_argument("--rounds", type=int, default=4, help="rounds, one leg of each kind each (ABBA); 1..20")
-    parser.add_argument("--leg-seconds", type=float, default=3.0, help="measured seconds per leg; 0.5..60")
+    cli.add_seconds(parser, 3.0, "measured seconds per leg; 0.5..60")
     parser.add_argument("--warmup-seconds", type=float, default=0.5, help="unmeasured seconds at a leg's start")
     parser.add_argument("--brokers", type=int, default=100, help="brokers of the fleet both servers hold")
     parser.add_argument("--topics", type=int, default=1000, help="topics per cluster")
@@ -124,48 +109,49 @@ def main(argv: list[str] | None = None) -> int:
                         help="peerDivergenceRoutesPerSecond of A during observed legs")
     parser.add_argument("--observe", choices=("both", "page", "divergence"), default="both",
                         help="what runs during observed legs: the open page, the divergence check, or both")
+    cli.add_out(parser)
     args = parser.parse_args(argv)
-    if not 1 <= args.rounds <= 20 or not 0.5 <= args.leg_seconds <= 60:
-        parser.error("rounds must be 1..20, leg seconds 0.5..60")
+    if not 1 <= args.rounds <= 20 or not 0.5 <= args.seconds <= 60:
+        parser.error("rounds must be 1..20, seconds 0.5..60")
     fleet = FleetShape(brokers=args.brokers, topics_per_broker=args.topics, queues_per_topic=8,
                        clusters=args.clusters, slaves_per_master=0)
     workload = build_workload("route", fleet)
+    say = Printed()
     with NamesrvProcess() as peer:
         options = {"peerDivergencePeers": peer.address, "peerDivergenceEnable": False, "peerDivergenceIntervalSeconds": 1,
                    "peerDivergenceRoutesPerSecond": args.divergence_rate}
         with NamesrvProcess(options) as server, RemotingClient(timeout=10) as client:
             held = register_fleet(server.address, fleet) + register_fleet(peer.address, fleet)
-            print(f"namesrv {server.address} (pid {server.pid}) and its peer {peer.address}, each holding "
-                  f"{args.brokers} brokers x {args.topics} topics in {args.clusters} clusters; {args.rounds} "
-                  f"rounds of {args.leg_seconds} s legs", flush=True)
-            legs: dict[str, list] = {kind: [] for kind in KINDS}
+            say(f"namesrv {server.address} (pid {server.pid}) and its peer {peer.address}, each holding "
+                f"{args.brokers} brokers x {args.topics} topics in {args.clusters} clusters; {args.rounds} "
+                f"rounds of {args.seconds:g} s legs")
             observer = Observer(server, client, args.observe != "divergence", args.observe != "page")
             checked = route_queries(peer)
-            for round_index in range(args.rounds):
-                for kind in leg_order(0, round_index, KINDS):
-                    if kind == "observed":
-                        with observer:
-                            leg = run_leg(server.address, server.pid, workload, 1, args.warmup_seconds,
-                                          args.leg_seconds)
-                    else:
-                        leg = run_leg(server.address, server.pid, workload, 1, args.warmup_seconds, args.leg_seconds)
-                    legs[kind].append(leg)
-                    print(f"  {kind:9} {leg.rate:>10,.0f}/s  {leg.per_cpu_second:>10,.0f}/CPU-s  bad answers {leg.bad}",
-                          flush=True)
+
+            def leg(kind: str) -> LegResult:
+                if kind == "observed":
+                    with observer:
+                        result = run_leg(server.address, server.pid, workload, 1, args.warmup_seconds, args.seconds)
+                else:
+                    result = run_leg(server.address, server.pid, workload, 1, args.warmup_seconds, args.seconds)
+                say(f"  {kind:9} {result.rate:>10,.0f}/s  {result.cpu_us_per_request:>6.2f} µs/request  "
+                    f"bad answers {result.bad}")
+                return result
+
+            legs, order = alternate(KINDS, args.rounds, leg)
             checked = route_queries(peer) - checked
-            for sock in held:
-                sock.close()
-    quiet = statistics.median(leg.rate for leg in legs["quiet"])
-    observed = statistics.median(leg.rate for leg in legs["observed"])
-    quiet_cpu = statistics.median(leg.per_cpu_second for leg in legs["quiet"])
-    observed_cpu = statistics.median(leg.per_cpu_second for leg in legs["observed"])
-    print(f"route queries: quiet {quiet:,.0f}/s, observed {observed:,.0f}/s: observed / quiet {observed / quiet:.3f}; "
-          f"per CPU-second {quiet_cpu:,.0f} and {observed_cpu:,.0f} ({observed_cpu / quiet_cpu:.3f})")
-    observed_seconds = args.rounds * (args.warmup_seconds + args.leg_seconds)
-    print(f"the observer: {observer.page_answers} page answers; the divergence check asked the peer {checked:,.0f} "
-          f"route queries in about {observed_seconds:.0f} s of observed legs")
+            for held_client in held:
+                held_client.close()
+    rates = {kind: median([result.rate for result in legs[kind]]) for kind in KINDS}
+    cpu = {kind: median([result.cpu_us_per_request for result in legs[kind]]) for kind in KINDS}
+    say(f"route queries: quiet {rates['quiet']:,.0f}/s ({cpu['quiet']:.2f} µs/request), observed "
+        f"{rates['observed']:,.0f}/s ({cpu['observed']:.2f} µs/request): observed / quiet "
+        f"{rates['observed'] / rates['quiet']:.3f}")
+    observed_seconds = args.rounds * (args.warmup_seconds + args.seconds)
+    say(f"the observer: {observer.page_answers} page answers; the divergence check asked the peer {checked:,.0f} "
+        f"route queries in about {observed_seconds:.0f} s of observed legs")
+    results = [{"kind": kind, "per_s": rates[kind], "server_cpu_us_per_request": cpu[kind],
+                "legs_per_s": [result.rate for result in legs[kind]], "order": order} for kind in KINDS]
+    write_results(cli.out_dir(args, "status-page-cost"), "status-page-cost", results, say,
+                  page_answers=observer.page_answers, divergence_route_queries=checked)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

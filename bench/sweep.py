@@ -1,22 +1,22 @@
-"""Thread-setting sweep: every grid point of server settings at a load that means something, a fresh server each.
+"""Settings sweep: every grid point of server settings at a load that means something, a fresh server each.
 
-    python bench/sweep.py --grid serverSelectorThreads=1,3 --grid defaultThreadPoolNums=4,16 \
+    python -m bench sweep --grid serverSelectorThreads=1,3 --grid defaultThreadPoolNums=4,16 \
         --brokers 128 --topics 200 --route-clients 5000 --route-poll-period 1 --report
 
 Every point gets its own namesrv (namesrv.launcher, free port on 127.0.0.1) started with the
-point's settings. By default each point runs its own saturation search (bench/saturation.py: the
-offered load doubles, then bisects, until the latency SLO breaks) and the points are compared by
+point's settings. By default each point runs its own knee search (bench/knee.py: the offered
+load doubles, then bisects, until the latency SLO breaks) and the points are compared by
 their knees; with --rate R every point instead runs one open-loop storm at R requests/s (pick a
 rate near the knee: at a rate every setting handles easily, the settings all look the same) and
 the points are compared by their worst request kind's latency at the SLO percentile.
 
-"Best" is computed once, by bench/storm/verdict.choose_best, on the command line and in the Spark
+"Best" is computed once, by bench/lib/verdict.choose_best, on the command line and in the Spark
 report alike; it is withheld, with the reason, when the points are not comparable (a point's knee
 was bounded by the generator, too few samples for the percentile, a run cut short) or when they
 are within this host's run-to-run spread (10 %). `--repeat N` runs the whole grid N times, round
 after round, so slow drifts of a shared host spread over all points, and a point counts as good as
 its worst repeat. Any namesrv config key can be a grid axis (e.g. workerProcesses). All storm
-options apply to every point; --address and --launch are ignored (a sweep always launches).
+options apply to every point; --namesrv and --launch are ignored (a sweep always launches).
 """
 from __future__ import annotations
 
@@ -26,22 +26,17 @@ import json
 import logging
 import re
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench import spark_report  # noqa: E402
-from bench.cli_help import HelpFormatter  # noqa: E402
-from bench.heartbeat_storm import INTERRUPTED, StormSettings, build_parser, parse_overrides, run_storm, \
-    settings_from_args  # noqa: E402
-from bench.saturation import Target, add_search_arguments, describe, plan_from_args, scaled_fleet, search_all, \
-    slo_from_args  # noqa: E402
-from bench.storm.verdict import Best, Candidate, Slo, choose_best, judge, step_facts  # noqa: E402
-from namesrv.config import NamesrvConfig  # noqa: E402
-from namesrv.launcher import NamesrvProcess, NamesrvStartError  # noqa: E402
+from bench import spark_report
+from bench.heartbeat_storm import INTERRUPTED, StormSettings, build_parser, run_storm, settings_from_args
+from bench.knee import add_search_arguments, describe, plan_from_args, scaled_fleet, search_all, slo_from_args
+from bench.lib import cli
+from bench.lib.servers import open_targets
+from bench.lib.verdict import Best, Candidate, Slo, choose_best, judge, step_facts
+from namesrv.config import NamesrvConfig
+from namesrv.launcher import NamesrvStartError
 
 log = logging.getLogger("sweep")
 
@@ -92,7 +87,7 @@ def run_sweep(args: argparse.Namespace) -> tuple[Path, list[dict], Best, bool]:
     whether every run finished (False after Ctrl-C)."""
     grid = parse_grid(args.grid)
     points = grid_points(grid)
-    fixed = parse_overrides(args.server_set)
+    fixed = cli.parse_overrides(args.server_set)
     overlap = set(fixed) & set(grid)
     if overlap:
         raise ValueError(f"{sorted(overlap)} are both swept and fixed with --server-set")
@@ -105,7 +100,7 @@ def run_sweep(args: argparse.Namespace) -> tuple[Path, list[dict], Best, bool]:
     plan = plan_from_args(args, base) if args.rate is None else None
     if args.rate is not None and not args.rate > 0:
         raise ValueError("--rate must be > 0 requests/s")
-    sweep_dir = args.sweep_dir or Path("runs") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    sweep_dir = cli.out_dir(args, "sweep")
     records: list[dict] = []
     runs = [(round_, index, point) for round_ in range(args.repeat) for index, point in enumerate(points)]
     try:
@@ -152,10 +147,9 @@ def _fixed_load_run(label: str, point: dict[str, str], run_id: str, settings: St
 
 def _search_run(label: str, point: dict[str, str], run_id: str, settings: StormSettings, overrides: dict[str, str],
                 plan, slo: Slo, prime_s: float) -> dict:
-    """A saturation search against a fresh server with the point's settings; its steps land in sweep_dir/run_id."""
-    with NamesrvProcess(overrides) as server:
-        metrics = None if server.http_url is None else server.http_url + "/metrics"
-        target = Target(run_id, "namesrv", server.address, server.pid, metrics)
+    """A knee search against a fresh server with the point's settings; its steps land in sweep_dir/run_id."""
+    with open_targets(None, overrides, "off", cores=settings.cores, name=run_id) as (targets, _):
+        target, = targets
         search, = search_all([target], replace(settings, launch=None), plan, slo, settings.runs_dir, prime_s)
     result = describe(search, target)
     return {"point": point, "label": label, "search_dir": str(settings.runs_dir / run_id), "knee": result["knee"],
@@ -195,8 +189,8 @@ def format_results(records: list[dict], best: Best) -> str:
 
 def build_sweep_parser() -> argparse.ArgumentParser:
     """The storm's options, the SLO and search plan, plus the grid."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], parents=[build_parser(add_help=False)],
-                                     formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m bench sweep", description=__doc__.split("\n\n")[0],
+                                     parents=[build_parser(add_help=False)], formatter_class=cli.HelpFormatter)
     add_search_arguments(parser)
     grid = parser.add_argument_group("grid")
     grid.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
@@ -206,7 +200,6 @@ def build_sweep_parser() -> argparse.ArgumentParser:
                       "(when absent: each point searches for its knee)")
     grid.add_argument("--repeat", type=int, default=1,
                       help="runs per point, interleaved round by round (a point counts as good as its worst run)")
-    grid.add_argument("--sweep-dir", type=Path, help="where the run directories go (when absent: runs/sweep-<time>)")
     grid.add_argument("--report", action="store_true", help="build the Spark report over the sweep at the end")
     return parser
 
@@ -223,10 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sweep directory: {sweep_dir}")
     if args.report and records:
         report = spark_report.report_with_own_session(None, [str(sweep_dir)], sweep_dir / "report",
-                                                      "namesrv thread-setting sweep")
+                                                      "namesrv settings sweep")
         print(f"report: {report}")
     return 0 if complete else INTERRUPTED
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,12 +1,12 @@
 """What TLS costs on the RocketMQ port, measured against plain connections to the same server in one run.
 
-    .venv/bin/python -m bench.tls                        # 4 ABBA rounds of 3 s legs, then handshakes
-    .venv/bin/python -m bench.tls --rounds 6 --workloads route,register-same --handshake-seconds 5
+    python -m bench tls                        # 4 alternating rounds of 3 s legs, then handshakes
+    python -m bench tls --rounds 6 --workloads route,register-same --handshake-seconds 5
 
 One namesrv in RocketMQ's default permissive mode (a self-signed certificate) serves both columns;
-each round runs one leg plain and one over TLS, in ABBA order, with bench.throughput's closed-loop
-generator (route: 4 connections x 32 in flight; register-same: 1 x 16), so the ratio TLS/plain is
-the price of encryption alone. Then:
+each round runs one leg plain and one over TLS, in rotated order (bench/lib/rounds.py), with the
+throughput verb's closed-loop generator (route: 4 connections x 32 in flight; register-same: 1 x 16),
+so the ratio TLS/plain is the price of encryption alone, beside the server's CPU per request. Then:
 * handshakes per second: --handshake-clients processes each open a TLS connection, ask one route
   query and close, back to back, for --handshake-seconds (TLS 1.3, ECDHE P-256 with the server's
   EC key: the full handshake every time, no session resumption); the server's CPU per handshake;
@@ -15,66 +15,46 @@ the price of encryption alone. Then:
 """
 from __future__ import annotations
 
-import argparse
 import multiprocessing
-import socket
-import statistics
-import sys
 import time
-from pathlib import Path
 
 import psutil
 
-if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.cli_help import HelpFormatter  # noqa: E402
-from bench.storm.fleet import FleetShape  # noqa: E402
-from bench.throughput import build_workload, leg_order, register_once, run_leg  # noqa: E402
-from namesrv.client.remoting import client_tls_context  # noqa: E402
-from namesrv.launcher import NamesrvProcess  # noqa: E402
-from namesrv.protocol import FrameDecoder, RemotingCommand  # noqa: E402
-from namesrv.protocol.codes import RequestCode, ResponseCode  # noqa: E402
-
-
-def call_once(sock: socket.socket, code: int, ext: dict[str, str] | None = None, opaque: int = 1) -> RemotingCommand:
-    """Send one request on a blocking socket (plain or TLS) and return the first frame back, decoded."""
-    sock.sendall(RemotingCommand.request(code, ext, opaque=opaque).encode())
-    decoder = FrameDecoder()
-    frames: list[bytes] = []
-    while not frames:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed by the server")
-        frames = decoder.feed(chunk)
-    return RemotingCommand.decode(frames[0])
+from bench.lib import cli
+from bench.lib.client import Client
+from bench.lib.fleet import FleetShape
+from bench.lib.output import Printed, write_results
+from bench.lib.rounds import alternate, median
+from bench.throughput import build_workload, register_once, run_leg
+from namesrv.launcher import NamesrvProcess
+from namesrv.protocol import RemotingCommand
+from namesrv.protocol.codes import RequestCode, ResponseCode
 
 
-def _query(sock: socket.socket, opaque: int) -> int:
-    return call_once(sock, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest0"}, opaque).code
+def _query(client: Client, opaque: int) -> int:
+    return client.call(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest0"},
+                                               opaque=opaque)).code
 
 
-def handshake_loop(address: tuple[str, int], seconds: float, start_at: float, out: multiprocessing.Queue) -> None:
+def handshake_loop(address: str, seconds: float, start_at: float, out: multiprocessing.Queue) -> None:
     """One client process: connect, handshake, one query, close; as many times as fit in `seconds`."""
-    context = client_tls_context()
     time.sleep(max(0.0, start_at - time.monotonic()))
     end = time.monotonic() + seconds
     done = failed = 0
     while time.monotonic() < end:
         try:
-            with context.wrap_socket(socket.create_connection(address, timeout=5), server_hostname=address[0]) as sock:
-                done += _query(sock, done + 1) in (ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST)
-        except OSError:
+            with Client(address, timeout=5, tls=True) as client:
+                done += _query(client, done + 1) in (ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST)
+        except (OSError, ConnectionError):
             failed += 1
     out.put((done, failed))
 
 
 def handshakes(address: str, pid: int, clients: int, seconds: float) -> tuple[float, float, int]:
     """(handshakes per second, server CPU ms per handshake, failures)."""
-    host, port = address.rsplit(":", 1)
     out: multiprocessing.Queue = multiprocessing.Queue()
     start_at = time.monotonic() + 0.5
-    procs = [multiprocessing.Process(target=handshake_loop, args=((host, int(port)), seconds, start_at, out),
+    procs = [multiprocessing.Process(target=handshake_loop, args=(address, seconds, start_at, out),
                                      daemon=True) for _ in range(clients)]
     server = psutil.Process(pid)
     for proc in procs:
@@ -91,83 +71,79 @@ def handshakes(address: str, pid: int, clients: int, seconds: float) -> tuple[fl
 
 def rss_per_connection(address: str, pid: int, count: int, tls: bool) -> float:
     """Server RSS growth per open connection (bytes), each having answered one request."""
-    host, port = address.rsplit(":", 1)
     server = psutil.Process(pid)
-    context = client_tls_context() if tls else None
     before = server.memory_info().rss
-    socks = []
+    clients = []
     try:
         for index in range(count):
-            sock = socket.create_connection((host, int(port)), timeout=5)
-            if context is not None:
-                sock = context.wrap_socket(sock, server_hostname=host)
-            _query(sock, index + 1)
-            socks.append(sock)
+            clients.append(Client(address, timeout=5, tls=tls))
+            _query(clients[-1], index + 1)
         time.sleep(0.5)
         return (server.memory_info().rss - before) / count
     finally:
-        for sock in socks:
-            sock.close()
+        for client in clients:
+            client.close()
         time.sleep(1.0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench.tls", description=__doc__.split("\n\n")[0],
-                                     formatter_class=HelpFormatter)
+    parser = cli.parser("tls", __doc__)
     parser.add_argument("--workloads", default="route,register-same",
-                        help="comma-separated bench.throughput workloads, each run plain and over TLS")
-    parser.add_argument("--rounds", type=int, default=4, help="ABBA rounds per workload (medians over them); 1..20")
-    parser.add_argument("--leg-seconds", type=float, default=3.0, help="measured seconds per leg; 0.5..60")
+                        help="comma-separated throughput workloads, each run plain and over TLS")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds per workload (medians over them); "
+                        "1..20")
+    cli.add_seconds(parser, 3.0, "measured seconds per leg; 0.5..60")
     parser.add_argument("--warmup-seconds", type=float, default=0.5, help="unmeasured seconds at a leg's start")
     parser.add_argument("--handshake-clients", type=int, default=2, help="client processes doing handshakes; 1..8")
     parser.add_argument("--handshake-seconds", type=float, default=4.0,
                         help="seconds of back-to-back handshakes; 0.5..60")
     parser.add_argument("--idle-connections", type=int, default=500,
                         help="connections opened for the memory figure (each kind: plain, then TLS); 1..5000")
+    cli.add_out(parser)
     args = parser.parse_args(argv)
-    if not 1 <= args.rounds <= 20 or not 0.5 <= args.leg_seconds <= 60 or not 1 <= args.handshake_clients <= 8 \
+    if not 1 <= args.rounds <= 20 or not 0.5 <= args.seconds <= 60 or not 1 <= args.handshake_clients <= 8 \
             or not 0.5 <= args.handshake_seconds <= 60 or not 1 <= args.idle_connections <= 5000:
-        parser.error("rounds 1..20, leg seconds 0.5..60, handshake clients 1..8, handshake seconds 0.5..60, "
+        parser.error("rounds 1..20, seconds 0.5..60, handshake clients 1..8, handshake seconds 0.5..60, "
                      "idle connections 1..5000")
     fleet = FleetShape(brokers=1, topics_per_broker=100, queues_per_topic=8, clusters=1, slaves_per_master=0,
                        serialize="json")
-    server = NamesrvProcess({"tlsMode": "permissive"}).start()
-    try:
-        print(f"namesrv {server.address} (tlsMode=permissive, self-signed certificate), {args.rounds} ABBA rounds "
-              f"of {args.leg_seconds} s legs", flush=True)
+    say, results = Printed(), []
+    with NamesrvProcess({"tlsMode": "permissive"}) as server:
+        say(f"namesrv {server.address} (tlsMode=permissive, self-signed certificate), {args.rounds} alternating "
+            f"rounds of {args.seconds:g} s legs")
         registration = None
         for index, name in enumerate(w for w in args.workloads.split(",") if w):
             workload = build_workload(name, fleet)
             previous, registration = registration, register_once(server.address, fleet)
             if previous is not None:
                 previous.close()
-            legs: dict[str, list] = {"plain": [], "tls": []}
-            for round_index in range(args.rounds):
-                for column in leg_order(index, round_index):
-                    kind = "plain" if column == "ceiling" else "tls"
-                    leg = run_leg(server.address, server.pid, workload, 1, args.warmup_seconds, args.leg_seconds,
-                                  tls=kind == "tls")
-                    legs[kind].append(leg)
-                    print(f"  {name:14} {kind:5} {leg.rate:>10,.0f}/s  {leg.per_cpu_second:>10,.0f}/CPU-s  "
-                          f"bad answers {leg.bad}", flush=True)
-            plain = statistics.median(leg.rate for leg in legs["plain"])
-            secure = statistics.median(leg.rate for leg in legs["tls"])
-            print(f"{name:14} plain {plain:>10,.0f}/s  tls {secure:>10,.0f}/s  tls/plain {secure / plain:.3f}  "
-                  f"(per CPU-s: plain {statistics.median(leg.per_cpu_second for leg in legs['plain']):,.0f}, "
-                  f"tls {statistics.median(leg.per_cpu_second for leg in legs['tls']):,.0f})", flush=True)
+
+            def leg(kind: str):
+                result = run_leg(server.address, server.pid, workload, 1, args.warmup_seconds, args.seconds,
+                                 tls=kind == "tls")
+                say(f"  {name:14} {kind:5} {result.rate:>10,.0f}/s  {result.cpu_us_per_request:>6.2f} µs/request  "
+                    f"bad answers {result.bad}")
+                return result
+
+            legs, _ = alternate(("plain", "tls"), args.rounds, leg, index)
+            rates = {kind: median([leg.rate for leg in legs[kind]]) for kind in legs}
+            cpu = {kind: median([leg.cpu_us_per_request for leg in legs[kind]]) for kind in legs}
+            results += [{"workload": name, "column": kind, "per_s": rates[kind], "server_cpu_us_per_request": cpu[kind],
+                         "bad_answers": sum(leg.bad for leg in legs[kind])} for kind in legs]
+            say(f"{name:14} plain {rates['plain']:>10,.0f}/s ({cpu['plain']:.2f} µs/req)  tls {rates['tls']:>10,.0f}/s "
+                f"({cpu['tls']:.2f} µs/req)  tls/plain {rates['tls'] / rates['plain']:.3f}")
         if registration is not None:
             registration.close()
         rate, cpu_ms, failed = handshakes(server.address, server.pid, args.handshake_clients, args.handshake_seconds)
-        print(f"handshakes     {rate:,.0f}/s with {args.handshake_clients} client processes  server CPU "
-              f"{cpu_ms:.2f} ms each  failures {failed}", flush=True)
+        say(f"handshakes     {rate:,.0f}/s with {args.handshake_clients} client processes  server CPU "
+            f"{cpu_ms:.2f} ms each  failures {failed}")
         plain_rss = rss_per_connection(server.address, server.pid, args.idle_connections, tls=False)
         tls_rss = rss_per_connection(server.address, server.pid, args.idle_connections, tls=True)
-        print(f"memory         {plain_rss / 1024:.1f} KiB per plain connection, {tls_rss / 1024:.1f} KiB per TLS "
-              f"connection ({args.idle_connections} of each)", flush=True)
-    finally:
-        server.close()
+        say(f"memory         {plain_rss / 1024:.1f} KiB per plain connection, {tls_rss / 1024:.1f} KiB per TLS "
+            f"connection ({args.idle_connections} of each)")
+        results += [{"workload": "handshakes", "column": "tls", "per_s": rate, "server_cpu_ms_per_handshake": cpu_ms,
+                     "failures": failed},
+                    {"workload": "idle connections", "column": "plain", "rss_bytes_per_connection": plain_rss},
+                    {"workload": "idle connections", "column": "tls", "rss_bytes_per_connection": tls_rss}]
+    write_results(cli.out_dir(args, "tls"), "tls", results, say)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,11 @@
 """A namesrv restart under load, warm (routeSnapshotEnable) and cold: what route clients see, and how
 long until every route is served again.
 
-    .venv/bin/python -m bench.warm_restart                        # 300 brokers x 1,000 topics
-    .venv/bin/python -m bench.warm_restart --brokers 30 --topics 100 --register-period 5
+    python -m bench warm-restart                        # 300 brokers x 1,000 topics
+    python -m bench warm-restart --brokers 30 --topics 100 --register-period 5
 
 A fresh namesrv (namesrv.launcher) takes `brokers` full registrations of `topics` topics each
-(bench.storm.fleet; by default every broker is a cluster of its own with its own topics, so
+(bench/lib/fleet.py; by default every broker is a cluster of its own with its own topics, so
 brokers x topics topics and queue entries; `--clusters` fewer: brokers of a cluster share topics).
 Route clients then query live topics in a closed loop while the server is stopped (SIGTERM) and
 started again on the same port and work directory, and the fleet goes on registering every
@@ -22,11 +22,8 @@ Cold is RocketMQ's behaviour: the table is empty until each broker's next regist
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import socket
-import sys
 import tempfile
 import threading
 import time
@@ -34,53 +31,38 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.cli_help import HelpFormatter  # noqa: E402
-from bench.storm.fleet import FleetShape, register_body, register_template, route_template  # noqa: E402
-from namesrv.fastpath import split_frames  # noqa: E402
-from namesrv.launcher import NamesrvProcess  # noqa: E402
-from namesrv.protocol import DataVersion, RemotingCommand, ResponseCode  # noqa: E402
-from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH  # noqa: E402
+from bench.lib import cli
+from bench.lib.client import Client
+from bench.lib.fleet import FleetShape, register_body, register_template, route_template
+from bench.lib.output import Printed, write_results
+from namesrv.launcher import NamesrvProcess
+from namesrv.protocol import DataVersion, ResponseCode
 
 ROUTE_CLIENTS = 4
 _RESTORED = re.compile(r"restored the routes held .* in (?P<seconds>[\d.]+) s")
 
 
 class Connection:
-    """One blocking remoting connection: `call(frame)` -> the response's code (None: no server)."""
+    """One blocking connection that comes back after the server does: `call(frame)` -> the response's code
+    (None: no server, and the next call connects again)."""
 
     def __init__(self, address: str) -> None:
         self._address = address
-        self._sock: socket.socket | None = None
-        self._pending = b""
+        self._client: Client | None = None
 
     def call(self, frame: bytes) -> int | None:
         try:
-            if self._sock is None:
-                host, port = self._address.rsplit(":", 1)
-                self._sock = socket.create_connection((host, int(port)), timeout=10)
-                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                self._pending = b""
-            self._sock.sendall(frame)
-            while True:
-                frames, consumed = split_frames(self._pending, DEFAULT_MAX_FRAME_LENGTH)
-                if frames:
-                    self._pending = self._pending[consumed:]
-                    return RemotingCommand.decode(frames[0]).code
-                data = self._sock.recv(1 << 20)
-                if not data:
-                    raise ConnectionError("closed")
-                self._pending += data
-        except OSError:
+            if self._client is None:
+                self._client = Client(self._address, timeout=10)
+            return self._client.call(frame).code
+        except (OSError, ConnectionError):
             self.close()
             return None
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
 
 class RouteClients:
@@ -186,7 +168,7 @@ def one_mode(warm: bool, fleet: FleetShape, registrations: list[bytes], routes: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser = cli.parser("warm-restart", __doc__)
     parser.add_argument("--brokers", type=int, default=300, help="brokers registered before the restart")
     parser.add_argument("--topics", type=int, default=1000, help="topics per broker")
     parser.add_argument("--clusters", type=int,
@@ -195,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds over which the fleet registers again after the restart")
     parser.add_argument("--modes", default="warm,cold",
                         help="comma-separated restarts to measure, in order (warm: routeSnapshotEnable; cold: without)")
+    cli.add_out(parser)
     args = parser.parse_args(argv)
     fleet = FleetShape(brokers=args.brokers, slaves_per_master=0, topics_per_broker=args.topics,
                        clusters=args.clusters or args.brokers)
@@ -204,19 +187,18 @@ def main(argv: list[str] | None = None) -> int:
     registrations = [register_template(fleet, broker, bodies[broker.cluster]).render(i + 1)
                      for i, broker in enumerate(map(fleet.broker, range(fleet.brokers)))]
     routes = [route_template(fleet, topic).render(i + 1) for i, topic in enumerate(fleet.all_topics())]
-    print(f"{fleet.brokers} brokers x {fleet.topics_per_broker} topics in {fleet.clusters} clusters "
-          f"({fleet.brokers * fleet.topics_per_broker:,} queue entries); the fleet registers again over "
-          f"{args.register_period:g} s after the restart")
-    print(f"{'mode':5s} {'stop s':>7s} {'snapshot':>10s} {'serving s':>9s} {'restore s':>9s} {'full s':>7s}  "
-          "route answers after the restart")
+    say, results = Printed(), []
+    say(f"{fleet.brokers} brokers x {fleet.topics_per_broker} topics in {fleet.clusters} clusters "
+        f"({fleet.brokers * fleet.topics_per_broker:,} queue entries); the fleet registers again over "
+        f"{args.register_period:g} s after the restart")
+    say(f"{'mode':5s} {'stop s':>7s} {'snapshot':>10s} {'serving s':>9s} {'restore s':>9s} {'full s':>7s}  "
+        "route answers after the restart")
     for mode in args.modes.split(","):
         result = one_mode(mode == "warm", fleet, registrations, routes, args.register_period)
+        results.append(result)
         restore = "-" if result["restore_s"] is None else f"{result['restore_s']:.3f}"
-        print(f"{result['mode']:5s} {result['stop_s']:7.2f} {result['snapshot_bytes']:10,d} "
-              f"{result['serving_s']:9.2f} {restore:>9s} {result['full_routes_s']:7.2f}  "
-              + ", ".join(f"{name} {count:,}" for name, count in sorted(result["after"].items())))
+        say(f"{result['mode']:5s} {result['stop_s']:7.2f} {result['snapshot_bytes']:10,d} "
+            f"{result['serving_s']:9.2f} {restore:>9s} {result['full_routes_s']:7.2f}  "
+            + ", ".join(f"{name} {count:,}" for name, count in sorted(result["after"].items())))
+    write_results(cli.out_dir(args, "warm-restart"), "warm-restart", results, say)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

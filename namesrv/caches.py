@@ -7,7 +7,7 @@ a flood of distinct, large headers costs at most the byte bound, then the memo s
     key: a request header's bytes without its opaque; value: what the inline paths make of it.
     bounds: 16384 entries and 32 MiB each (a header is charged twice its length).
     invalidation: none needed, the value is a function of the key; emptied when full.
-    pays: route queries and unchanged re-registrations (bench.cache_value).
+    pays: route queries and unchanged re-registrations (`python -m bench cache-value`).
 `processor.inline.HeaderReader.shapes`, the reactor's
     key: a JSON registration header's bytes without its opaque and its bodyCrc32 value; value:
     the first such header parsed, rebound to each later one's bodyCrc32 (a broker's next
@@ -15,24 +15,24 @@ a flood of distinct, large headers costs at most the byte bound, then the memo s
     digits, showed that the parser reads bodyCrc32 from exactly those digits.
     bounds: 4096 entries, 8 MiB (a header is charged twice its length).
     invalidation: none needed (a function of the key); emptied when full.
-    pays: a changed registration's header read (bench.request_instructions, with and without).
+    pays: a changed registration's header read (`python -m bench request-instructions`, with and without).
 `processor.write_fast_path.WriteFastPath.templates`, the reactor's
     key: codec and response extFields; value: the SUCCESS header split around its opaque.
     bounds: 1024 entries, 4 MiB.
     invalidation: none needed (a function of the key); emptied when full.
-    pays: every inline write's answer (bench.cache_value).
+    pays: every inline write's answer (`python -m bench cache-value`).
 `routeinfo.cache.RouteBodyCache`, shared by the reactor and the executors
     key: topic, JSON flavour, and a stamp of the inputs outside the route table (order-topic
     conf, acting master); value: the encoded route body.
     bounds: one entry per topic queried; 256 MiB (DEFAULT_MAX_BYTES), CLOCK eviction.
     invalidation: RouteInfoManager's writes, under the route table's write lock, per topic they
     touch; a new stamp simply misses.
-    pays: route queries (bench.cache_value).
+    pays: route queries (`python -m bench cache-value`).
 `status_page.StatusPage` overview, the operator HTTP port's
     key: none (one entry); value: /status.json's bytes.
     bounds: 1 entry; its size is the route table's brokers (not its topics: those are paged).
     invalidation: rebuilt when a second old.
-    pays: 32 pages polling cost one build a second, not 32 (not measured by bench.cache_value:
+    pays: 32 pages polling cost one build a second, not 32 (not measured by `python -m bench cache-value`:
     it bounds work, it does not speed up a path).
 `_fastpath._key_cache`, the Cython header decoder's
     key: an extFields key's ASCII bytes (at most 48); value: its str object.
@@ -44,9 +44,9 @@ Not caches, though they remember: a RemotingCommand's parsed typed header and bo
 die with the command; a broker's registration fingerprint and topic-entry digests are part of its
 live entry in the route table and go with it (bounded by the route table, not here).
 
-"pays" names the measurement that shows what a cache is worth: `bench.cache_value` (each path with
+"pays" names the measurement that shows what a cache is worth: `python -m bench cache-value` (each path with
 and without the cache, same run, requests per second of the sans-IO path), or instructions counted
-by `bench.request_instructions` where a saving is below the machine's timing noise. The figures
+by `python -m bench request-instructions` where a saving is below the machine's timing noise. The figures
 are printed by those commands, with the commit they ran at, not kept here: they rot. A cache
 whose saving falls to about nothing has no place here.
 """

@@ -250,7 +250,7 @@ class NamesrvConfig:
     max_queue_datas: int = _key(
         "Most topic queue entries the route table holds: one per topic per broker group (a topic on three groups "
         "counts three), the unit its memory grows by (about 60 bytes for an entry of a topic many groups share, up to "
-        "500 for a topic of its own; bench.routeinfo_scale). A registration "
+        "500 for a topic of its own; python -m bench scale). A registration "
         "(REGISTER_BROKER, REGISTER_TOPIC_IN_NAMESRV) that would add more is refused with SYSTEM_ERROR naming "
         "the limit and changes nothing. RocketMQ has no bound.", 1000000, locked=True)
     max_route_subscription_topics: int = _key(

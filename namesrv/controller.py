@@ -114,8 +114,9 @@ class PeriodicTasks:
 
 def selector_threads(config: NamesrvConfig, workers: int) -> int:
     """One process's ZeroMQ I/O threads: serverSelectorThreads is the server's, shared by its worker
-    processes (at least one each). More I/O threads than cores only add wake-ups (bench.throughput
-    with serverWorkerProcesses and serverSelectorThreads set shows it per CPU-second)."""
+    processes (at least one each). More I/O threads than cores only add wake-ups (`python -m
+    bench throughput --server-set serverWorkerProcesses=N --server-set serverSelectorThreads=M` shows it as CPU
+    microseconds per request)."""
     return max(1, config.server_selector_threads // workers)
 
 

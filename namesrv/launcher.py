@@ -1,4 +1,4 @@
-"""Start a real namesrv process: what tests, bench/sweep.py and `make bench` run against.
+"""Start a real namesrv process: what tests, `python -m bench` and `make bench` run against.
 
 The server binds 127.0.0.1 on ports the kernel picks (listenPort=0, ZeroMQ "*"), so parallel runs
 never race for a port, and it keeps its KV and config files in a private work directory. The

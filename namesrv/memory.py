@@ -3,8 +3,8 @@
 An open connection costs tens of KB, mostly libzmq's buffers. Once freed, glibc keeps those pages
 in its heaps, fragmented between long-lived objects, so after a connection flood RSS stays at the
 flood's high-water mark though nothing uses it. malloc_trim(0) hands the free pages back (madvise):
-cheap when there is nothing to return, a few milliseconds right after a flood (bench.attacks'
-connection flood prints RSS before, at the peak and after).
+cheap when there is nothing to return, a few milliseconds right after a flood (`python -m bench
+attacks`' connection flood prints RSS before, at the peak and after).
 """
 from __future__ import annotations
 

@@ -90,6 +90,12 @@ class ServerCollector:
         yield GaugeMetricFamily("namesrv_route_subscribers", "Connections subscribed to route changes.",
                                 value=len(subscriptions))
         yield CounterMetricFamily("namesrv_route_pushes", "ROUTE_CHANGED commands pushed.", value=subscriptions.pushed)
+        rounds = HistogramMetricFamily("namesrv_route_push_round_seconds", "Rounds of route-change pushes, from "
+                                       "taking the route table's changes to the last push posted for sending: the "
+                                       "server's part of a change's propagation.")
+        rounds.add_metric([], list(zip(LE_LABELS, accumulate(subscriptions.round_buckets[:-1]))),
+                          subscriptions.round_buckets[-1])
+        yield rounds
         yield CounterMetricFamily("namesrv_route_subscribers_dropped", "Subscribers dropped to polling for not "
                                   "reading their pushes.", value=subscriptions.dropped)
         dispatcher = state.dispatcher

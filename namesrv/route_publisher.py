@@ -82,6 +82,7 @@ class RoutePublisher:
         """One round: push what changed since the last one; returns the deliveries posted."""
         routes = self._routes
         routes.changes_ready.clear()
+        started = time.monotonic()
         changed = routes.take_changes()
         if not changed or not len(self._subscriptions):
             return 0
@@ -101,6 +102,7 @@ class RoutePublisher:
                 part, size = [], 0
         if part:
             self._last_posted = self._outbox.put(part, wait=True)
+        self._subscriptions.record_round(time.monotonic() - started)
         return len(deliveries)
 
     def check(self) -> None:

@@ -1,9 +1,9 @@
-"""The attack suite (issue 15): each hostile peer of bench.attacks against a real server, with its
+"""The attack suite (issue 15): each hostile peer of `python -m bench attacks` against a real server, with its
 peak RSS growth, the worst stall of a well-behaved client meanwhile, and an answer afterwards
 asserted. Sizes are cut down from the issue's (`scale`) and limits set low where the bound under
 test is a setting, so each attack takes a few seconds and well under 1 GiB.
 
-Before the fixes (same attacks and scales, measured with `python -m bench.attacks --source` a
+Before the fixes (same attacks and scales, measured with `python -m bench attacks --source` a
 worktree of the commit before): 200 distinct 1 MiB headers held ~200 MiB; a compressed body of
 `[[],...]` took seconds and hundreds of MiB to refuse; 4 peers not reading topic lists drove the
 server past 1.5 GiB; one unfinished ZeroMQ message was buffered whole.

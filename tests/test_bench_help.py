@@ -1,28 +1,27 @@
-"""Every bench tool's `-h` describes every flag and shows its real defaults (issue 19, "clean edges").
+"""One entry point, `python -m bench VERB`: every verb's `-h` describes every flag and shows its real
+defaults (issue 19, "clean edges"), the shared flags mean the same everywhere, and the old command
+lines are gone (issue 34) apart from the storm's.
 
-Each tool's parser is taken from its own `main` (parse_args is replaced by one that hands the parser
-back), so the check sees exactly what `-h` prints and nothing of the tool runs. The modules are
-found by reading bench/, so a new tool is checked without being listed here.
+Each verb's parser is taken from its own `main` (parse_args is replaced by one that hands the parser
+back), so the check sees exactly what `-h` prints and nothing of the verb runs.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
-import inspect
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from bench.cli_help import HelpFormatter
+from bench.__main__ import VERBS
+from bench.lib.cli import HelpFormatter
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-NO_COMMAND_LINE = {"codec_bench", "cli_help"}  # a pytest-benchmark file; the shared formatter
-
-
-def command_line_modules() -> list[str]:
-    """bench/*.py that build an argparse parser: the tools with a `-h`."""
-    return sorted(path.stem for path in BENCH.glob("*.py")
-                  if path.stem not in NO_COMMAND_LINE and "ArgumentParser(" in path.read_text(encoding="utf-8"))
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+#: The flags every verb shares, where it has them: the same help (bench/lib/cli.py) everywhere.
+SHARED = ("--java", "--launch", "--out", "--seconds", "--namesrv")
 
 
 class _Parsed(Exception):
@@ -33,19 +32,17 @@ class _Parsed(Exception):
         self.parser = parser
 
 
-def tool_parser(name: str, monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
-    """The parser `bench.<name>.main` builds, caught at its parse_args (before the tool does anything)."""
-    module = importlib.import_module(f"bench.{name}")
+def tool_parser(verb: str, monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
+    """The parser a verb's `main` builds, caught at its parse_args (before the verb does anything)."""
+    module = importlib.import_module(VERBS[verb][0])
 
     def hand_back(self: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
         raise _Parsed(self)
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", hand_back)
     monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", hand_back)
-    # An explicit argv: a main(argv=None) must not read pytest's own command line.
-    call_args = [[]] if inspect.signature(module.main).parameters else []
     with pytest.raises(_Parsed) as parsed:
-        module.main(*call_args)
+        module.main([])  # an explicit argv: main must not read pytest's own command line
     return parsed.value.parser
 
 
@@ -65,14 +62,47 @@ def squeezed(text: str) -> str:
     return "".join(text.split())
 
 
-def test_the_modules_are_found():
-    found = command_line_modules()
-    assert "throughput" in found and "ceiling" in found and "codec_bench" not in found
+def test_every_module_with_a_main_is_a_verb_and_only_the_storm_keeps_a_command_line_of_its_own():
+    verb_modules = {module for module, _ in VERBS.values()}
+    for path in BENCH.rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        text = path.read_text(encoding="utf-8")
+        if "\ndef main(" in text:
+            assert module in verb_modules or module == "bench.__main__", f"{module} has a main but no verb"
+        if '__name__ == "__main__"' in text:
+            assert module in ("bench.__main__", "bench.heartbeat_storm"), f"{module} is a command line of its own"
 
 
-@pytest.mark.parametrize("name", command_line_modules())
-def test_every_option_is_described_with_its_default(name: str, monkeypatch: pytest.MonkeyPatch):
-    parser = tool_parser(name, monkeypatch)
+def test_python_m_bench_lists_the_verbs_and_refuses_an_unknown_one():
+    listed = subprocess.run([sys.executable, "-m", "bench"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert listed.returncode == 2 and all(f"  {verb} " in listed.stdout for verb in VERBS)
+    helped = subprocess.run([sys.executable, "-m", "bench", "--help"], capture_output=True, text=True, cwd=ROOT,
+                            timeout=60)
+    assert helped.returncode == 0 and helped.stdout == listed.stdout
+    unknown = subprocess.run([sys.executable, "-m", "bench", "saturation"], capture_output=True, text=True, cwd=ROOT,
+                             timeout=60)
+    assert unknown.returncode == 2 and "unknown verb 'saturation'" in unknown.stderr
+    verb = subprocess.run([sys.executable, "-m", "bench", "throughput", "-h"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert verb.returncode == 0 and verb.stdout.startswith("usage: python -m bench throughput")
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_the_shared_flags_mean_the_same_everywhere(verb: str, monkeypatch: pytest.MonkeyPatch):
+    parser = tool_parser(verb, monkeypatch)
+    for action in parser._actions:
+        for flag in set(action.option_strings) & set(SHARED):
+            assert action.dest == flag.lstrip("-"), f"{verb} {flag} fills {action.dest}"
+            if flag == "--java":
+                assert action.choices == ("off", "auto", "on")
+            if flag in ("--launch",):
+                assert action.const is True and action.default is False
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_option_is_described_with_its_default(verb: str, monkeypatch: pytest.MonkeyPatch):
+    name = verb
+    parser = tool_parser(verb, monkeypatch)
     shown = squeezed(parser.format_help())
     assert isinstance(parser.description, str) and parser.description.strip(), f"bench.{name}: no description"
     problems = []

@@ -1,4 +1,4 @@
-"""bench/codec_bench.py times only calls whose results the two implementations agree on."""
+"""The codec verb (bench/codec_bench.py) times only calls whose results the two implementations agree on."""
 from __future__ import annotations
 
 import pytest

@@ -14,7 +14,7 @@ import pytest
 from test_operator_http import RMQ, free_broker_port, java_reference_skip_reason, scrape
 from test_status_page import get_json, wait_for
 
-from bench.storm.java_namesrv import JavaNamesrvProcess
+from bench.lib.servers import JavaNamesrvProcess
 from namesrv.client import RemotingClient
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.divergence.checker import peer_addresses

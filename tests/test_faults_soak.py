@@ -1,4 +1,4 @@
-"""bench/soak.py's RSS trend: the least-squares slope is exact on lines, and the verdict tells a
+"""The soak verb's RSS trend: the least-squares slope is exact on lines, and the verdict tells a
 flat RSS, one levelling off towards the allocator's high-water mark, and a steady climb apart."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Spark report's saturation, comparison and sweep verdicts, its locations and its formatting.
 
-Knees, bests and ratios are checked against bench/storm/verdict.py applied to facts computed
+Knees, bests and ratios are checked against bench/lib/verdict.py applied to facts computed
 directly from the runs' raw HDR logs and parquet files (hdrh, pyarrow), never against the
 report's own numbers; run directories come from tests/test_spark_report.py's helpers.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +18,8 @@ from test_spark_report import HtmlTables, make_run, make_step, raw_histograms, s
 
 from bench import spark_report
 from bench.report import inputs
-from bench.storm import svgplot, verdict
+from bench.lib import verdict
+from bench.report import svgplot
 
 SLO = verdict.Slo(latency_ms=5.0, min_samples=100)
 #: search -> (offered/s, latency ms, partial) per step. java: 2000/s at 8 ms misses, so its knee is 500/s;
@@ -103,7 +105,8 @@ def test_saturation_steps_are_judged_and_partial_steps_are_not(saturation_report
     knees = {r["search"]: r for r in tables.records("Saturation", "Knees")}
     assert (knees["namesrv"]["knee_offered_per_s"], knees["namesrv"]["knee ÷ java's"]) == ("1,000", "2.00×")
     assert [r["verdict"] for r in tables.records("Saturation", "Search namesrv")][-1] == "partial (not judged)"
-    assert "Comparison" in html and "(log scale)" in html
+    assert "Comparison" not in html and "(log scale)" in html  # the knees and their ratio are not shown twice
+    assert unescape(html).count("knee ÷ java's") == 1
 
 
 def test_saturation_charts_use_log_axes(saturation_report):
@@ -241,7 +244,7 @@ def test_folders_are_searched_three_levels_down_in_natural_order(tmp_path):
     assert spark_report.find_run_uris([str(bench / "b"), str(bench / "b" / "step1")]) == found[2:]  # once
     assert spark_report.find_run_uris(["hdfs:///bench/runs/a"]) == ["hdfs:///bench/runs/a"]  # no session: as given
     assert "too-deep" not in " ".join(found)  # four levels down
-    with pytest.raises(FileNotFoundError, match=r"/c holds no storm run directories \(no meta.json within 3 levels\)"):
+    with pytest.raises(FileNotFoundError, match=r"/c holds no run directories \(no meta.json within 3 levels\)"):
         spark_report.find_run_uris([str(bench / "c")])
 
 
@@ -249,7 +252,7 @@ def test_hadoop_listing_finds_the_same_runs(spark, bench_dir):  # noqa: F811
     local = spark_report.find_run_uris([str(bench_dir)])
     listed = inputs._remote_run_uris(spark, bench_dir.as_uri())
     assert [u.rsplit("/", 1)[1] for u in listed] == [u.rsplit("/", 1)[1] for u in local]
-    with pytest.raises(FileNotFoundError, match="holds no storm run directories"):
+    with pytest.raises(FileNotFoundError, match="holds no run directories"):
         inputs._remote_run_uris(spark, (bench_dir / "notes").as_uri())
 
 
@@ -257,10 +260,10 @@ def test_main_reports_bad_locations_in_one_line_with_exit_status_2(tmp_path, cap
     (tmp_path / "empty").mkdir()
     assert spark_report.main([str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err
-    assert error == (f"spark_report: {tmp_path / 'empty'} holds no storm run directories "
+    assert error == (f"report: {tmp_path / 'empty'} holds no run directories "
                      "(no meta.json within 3 levels)\n")
     assert spark_report.main([str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err == f"spark_report: {tmp_path / 'missing'} does not exist\n"
+    assert capsys.readouterr().err == f"report: {tmp_path / 'missing'} does not exist\n"
 
 
 def test_every_option_has_help_and_a_default_only_when_it_has_one():
@@ -283,7 +286,7 @@ def test_a_step_whose_answers_never_came_is_judged_alike_by_the_storm_and_the_re
     The storm's own summary and the report both count them as errors, so both miss the step the same way."""
     from bench.heartbeat_storm import summarize
     from bench.storm.recorder import IntervalRecorder
-    from bench.storm.rundir import RunRecorder
+    from bench.lib.output import RunRecorder
     from namesrv.protocol import RequestCode
 
     run = RunRecorder("lost-step01")
@@ -307,4 +310,5 @@ def test_a_step_whose_answers_never_came_is_judged_alike_by_the_storm_and_the_re
     report = spark_report.build_report(spark, [str(tmp_path / "lost")], tmp_path / "report")
     steps = pd.read_csv(report.parent / "csv" / "saturation_steps.csv", keep_default_na=False)
     assert not storm.met and "errors 50.00% > budget 0.10%" in storm.reasons
-    assert steps.loc[0, "verdict"] == "missed" and steps.loc[0, "reasons"] == "; ".join(storm.reasons)
+    assert steps.loc[0, "verdict"] == "missed (not every kind judged)" and storm.unjudged  # no route answer to judge
+    assert steps.loc[0, "reasons"] == "; ".join(storm.reasons)

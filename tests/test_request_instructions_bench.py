@@ -1,4 +1,4 @@
-"""bench.request_instructions: its frames are answered inline by this checkout, and a callgrind run counts them."""
+"""`python -m bench request-instructions`: its frames are answered inline by this checkout, and a callgrind run counts them."""
 from __future__ import annotations
 
 import pickle
@@ -26,8 +26,9 @@ def test_every_workload_is_answered_inline_by_the_replay(tmp_path, workload):
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed (apt-get install -y valgrind)")
-def test_the_bench_counts_instructions_against_another_checkout(capsys):
-    assert request_instructions.main(["--requests", "20", "--workloads", "register-same", "--against", str(ROOT)]) == 0
+def test_the_bench_counts_instructions_against_another_checkout(capsys, tmp_path):
+    assert request_instructions.main(["--requests", "20", "--workloads", "register-same", "--against", str(ROOT),
+                                      "--out", str(tmp_path / "run")]) == 0
     line = [row for row in capsys.readouterr().out.splitlines() if row.startswith("register-same")][0]
     first, second = (float(value.replace(",", "")) for value in line.split()[1:3])
     assert first > 1000 and second > 1000  # a registration is thousands of instructions, never nothing

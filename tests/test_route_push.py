@@ -169,6 +169,9 @@ def test_every_kind_of_change_reaches_a_subscriber_at_once(namesrv_factory, raw_
     samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in urlopen(
         server.http_url + "/metrics").read().decode().splitlines() if line and not line.startswith("#")}
     assert samples["namesrv_route_subscribers"] == 1 and samples["namesrv_route_pushes_total"] == 6
+    rounds = samples["namesrv_route_push_round_seconds_count"]  # each round that pushed, timed
+    assert 1 <= rounds <= 6 and 0 < samples["namesrv_route_push_round_seconds_sum"] < rounds
+    assert samples['namesrv_route_push_round_seconds_bucket{le="+Inf"}'] == rounds
     # unsubscribed: nothing more
     assert subscriber.call(subscriber.request(RequestCode.UNSUBSCRIBE_ROUTE_CHANGES)).code == 0
     assert broker_again(raw_connect(server.address))

@@ -4,7 +4,7 @@ A cluster of 12 broker groups x 60 topics each (every topic on two groups) with 
 cached in both flavours; each operation below names the topics it must invalidate, and the test
 checks the cache lost exactly those, and that every body still cached equals a fresh encoding.
 The same logic is what keeps the cache affordable at 300 brokers x 10,000 topics
-(bench/routeinfo_scale.py measures that size).
+(`python -m bench scale` measures that size).
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.storm.fleet import FleetShape, register_body
+from bench.lib.fleet import FleetShape, register_body
 from fastpath_cases import ENTRY_FIELDS, IMPLEMENTATIONS, INT32_MAX, INT32_MIN, reference, reference_count
 from namesrv.fastpath import pure, registration
 from namesrv.protocol import ProtocolError, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper, Version

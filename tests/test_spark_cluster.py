@@ -1,7 +1,7 @@
 """The Spark report on a real standalone cluster (master + worker JVMs from the installed pyspark on
-127.0.0.1) equals the embedded local[*] report; and bench/report_scale.py's synthetic sweep.
+127.0.0.1) equals the embedded local[*] report; and the report-scale verb's synthetic sweep.
 
-The cluster test runs bench/spark_report.py's real command line, once with
+The cluster test runs the report verb's real command line, once with
 `--master spark://127.0.0.1:PORT` and once without (local[*]), over the same run directories, and
 compares every CSV. It skips without Java 17+. The report_scale tests check the generator's HDR
 bucketing against hdrh and that the report's per-run counts are the synthesized ones.
@@ -30,11 +30,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench import report_scale
-from bench.storm.hdr import bucket_rows, new_histogram
-from bench.storm.server_metrics import END_FILE, START_FILE
+from bench.lib.hdr import bucket_rows, new_histogram
+from bench.report.server_metrics import END_FILE, START_FILE
 
 REPO = Path(__file__).resolve().parent.parent
-APP_NAME = "namesrv-storm-report"  # bench/spark_report.create_spark's default appName
+APP_NAME = "namesrv-storm-report"  # bench.spark_report.create_spark's default appName
 JAVA_MIN = 17
 
 
@@ -236,13 +236,13 @@ def synthesized_runs(base: Path) -> list[Path]:
 
 
 def run_report(runs: list[Path], out: Path, *extra: str) -> float:
-    """bench/spark_report.py's command line as a user types it; returns its wall time."""
+    """`python -m bench report` as a user types it; returns its wall time."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     started = time.monotonic()
-    result = subprocess.run([sys.executable, str(REPO / "bench" / "spark_report.py"), *map(str, runs),
+    result = subprocess.run([sys.executable, "-m", "bench", "report", *map(str, runs),
                              "--out", str(out), *extra], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=240)
-    assert result.returncode == 0, f"spark_report {' '.join(extra)} failed:\n{result.stdout}\n{result.stderr[-5000:]}"
+    assert result.returncode == 0, f"report {' '.join(extra)} failed:\n{result.stdout}\n{result.stderr[-5000:]}"
     return time.monotonic() - started
 
 
@@ -276,7 +276,7 @@ def test_report_on_a_standalone_cluster_equals_local(standalone_cluster, tmp_pat
     assert executors, f"the worker's work directory has no executor: {list(cluster.work_dir.iterdir())}"
 
 
-# ---------------------------------------------------------------- bench/report_scale.py
+# ---------------------------------------------------------------- the report-scale verb
 
 
 def test_generator_buckets_like_hdrhistogram():
@@ -324,10 +324,10 @@ def test_generator_refuses_oversized_inputs(capsys):
 
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(java_problem() is not None, reason=str(java_problem()))
-def test_report_scale_script_reports_the_synthesized_counts(tmp_path):
+def test_report_scale_verb_reports_the_synthesized_counts(tmp_path):
     keep = tmp_path / "scale"
-    result = subprocess.run([sys.executable, str(REPO / "bench" / "report_scale.py"), "--runs", "3", "--seconds", "5",
-                             "--configs", "3", "--keep", str(keep)], cwd=REPO, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "bench", "report-scale", "--runs", "3", "--seconds", "5",
+                             "--configs", "3", "--out", str(keep)], cwd=REPO, capture_output=True, text=True,
                             timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     assert re.search(r"report wall time \(build_report\): [\d.]+ s", result.stdout), result.stdout
@@ -339,3 +339,5 @@ def test_report_scale_script_reports_the_synthesized_counts(tmp_path):
         assert record["answered"] == expected["answered"][record["request"]], record
         assert record["requests"] == expected["requests"][record["request"]], record
         assert record["errors"] == expected["errors"][record["request"]], record
+    timings = json.loads((keep / "timings" / "meta.json").read_text())
+    assert timings["verb"] == "report-scale" and timings["results"][0]["report_s"] > 0

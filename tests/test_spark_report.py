@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
-import chromium
 import pytest
 from hdrh.log import HistogramLogReader
 
 from bench import spark_report
+from bench.report import browser
 from bench.heartbeat_storm import StormSettings, run_storm
-from bench.storm.fleet import FleetShape
-from bench.storm.hdr import new_histogram
+from bench.lib.fleet import FleetShape
+from bench.lib.hdr import new_histogram
 from bench.storm.recorder import IntervalRecorder
-from bench.storm.server_metrics import (
+from bench.report.server_metrics import (
     END_FILE,
     START_FILE,
     Buckets,
@@ -35,7 +35,7 @@ from bench.storm.server_metrics import (
     run_window,
     window_delta,
 )
-from bench.storm.rundir import ResourceSample, RunRecorder
+from bench.lib.output import ResourceSample, RunRecorder
 from bench.storm.subscriber import PROPAGATION
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import RequestCode
@@ -90,22 +90,25 @@ HOST = {"hostname": "bench-host", "platform": "Linux", "cpu_model": "Test CPU", 
         "loadavg_after": [1.2900390625, 1.1, 1.0]}
 
 
-def make_step(directory: Path, run_id: str, *, latency_ms: float, rates: dict[str, float], duration: int = 1,
-              seed: int = 0, partial: bool = False, extra_meta: dict | None = None) -> Path:
+def make_step(directory: Path, run_id: str, *, latency_ms: float | dict[str, float], rates: dict[str, float],
+              duration: int = 1, seed: int = 0, partial: bool = False, extra_meta: dict | None = None,
+              lag_ms: float = 0.05) -> Path:
     """A run directory like make_run's with a controlled load: each request kind answered exactly
-    rate × duration times (nothing lost, no error), latencies uniform in [latency_ms / 2, latency_ms],
-    the generator under 50 µs late; one server and one generator process sampled each second.
-    `extra_meta` adds meta.json entries ("saturation", "sweep")."""
+    rate × duration times (nothing lost, no error), latencies uniform in [latency_ms / 2, latency_ms]
+    (`latency_ms` per request kind, or one for all), the generator up to `lag_ms` late; one server
+    and one generator process sampled each second. `extra_meta` adds meta.json entries ("saturation",
+    "sweep", "server")."""
     rng = random.Random(seed)
     run = RunRecorder(run_id)
     recorder = IntervalRecorder(0, measure_start_ns=0)
     for name, rate in rates.items():
         code = int(RequestCode[name])
         count = int(rate * duration)
+        latency = latency_ms[name] if isinstance(latency_ms, dict) else latency_ms
         for i in range(count):
             intended = i * duration * SECOND // count
-            recorder.sent(code, intended, intended + rng.randrange(50_000))
-            recorder.answered(code, intended, intended + int(latency_ms * 1e6 * rng.uniform(0.5, 1.0)), 0)
+            recorder.sent(code, intended, intended + rng.randrange(int(lag_ms * 1e6)))
+            recorder.answered(code, intended, intended + int(latency * 1e6 * rng.uniform(0.5, 1.0)), 0)
     recorder.ship().apply_to(run)
     total = sum(rates.values())
     for second in range(1, duration + 1):
@@ -277,7 +280,7 @@ def test_duplicate_run_and_missing_meta_are_clear_errors(spark, two_runs, tmp_pa
     empty = tmp_path / "not-a-run"
     empty.mkdir()
     (empty / "x").write_text("")
-    with pytest.raises(FileNotFoundError, match="holds no storm run directories"):
+    with pytest.raises(FileNotFoundError, match="holds no run directories"):
         spark_report.load_runs(spark, [str(empty)])
 
 
@@ -313,13 +316,13 @@ def test_sweep_report_writes_html_and_every_csv(sweep_report):
 
 
 def test_report_opens_in_headless_chromium_without_errors(sweep_report, tmp_path):
-    if not chromium.available():
-        pytest.skip(chromium.SKIP_REASON)
+    if not browser.available():
+        pytest.skip(browser.SKIP_REASON)
     report, _ = sweep_report
-    result = chromium.run(report.as_uri(), tmp_path / "profile", "--dump-dom")
+    result = browser.run(report.as_uri(), tmp_path / "profile", "--dump-dom")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "<svg" in result.stdout and "namesrv heartbeat storm report" in result.stdout
-    assert chromium.console_errors(result) == []
+    assert browser.console_errors(result) == []
 
 
 # ---------------------------------------------------------------- server-side latency

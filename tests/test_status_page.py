@@ -11,10 +11,10 @@ import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
-import chromium
 import pytest
 from test_operator_http import RMQ, free_broker_port, get, java_reference_skip_reason
 
+from bench.report import browser
 from namesrv.client import BrokerIdentity, BrokerService, BrokerTopicTable, RemotingClient
 from namesrv.client.remoting import client_tls_context
 from namesrv.protocol import RequestCode, ResponseCode, TopicConfig
@@ -176,17 +176,17 @@ class Dom(HTMLParser):
 def open_page(url: str, tmp_path: Path, shot: str) -> Dom:
     """The page after its scripts ran in headless Chromium; a screenshot of it kept in ARTEFACTS."""
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
-    dumped = chromium.run(url, tmp_path / "profile", "--dump-dom", budget_ms=4000)
+    dumped = browser.run(url, tmp_path / "profile", "--dump-dom", budget_ms=4000)
     assert dumped.returncode == 0, dumped.stderr[-2000:]
-    assert chromium.console_errors(dumped) == []
-    picture = chromium.run(url, tmp_path / "profile", "--window-size=1100,1500", f"--screenshot={ARTEFACTS / shot}",
+    assert browser.console_errors(dumped) == []
+    picture = browser.run(url, tmp_path / "profile", "--window-size=1100,1500", f"--screenshot={ARTEFACTS / shot}",
                            "--hide-scrollbars", budget_ms=4000)
     assert picture.returncode == 0 and (ARTEFACTS / shot).stat().st_size > 10_000, picture.stderr[-2000:]
     return Dom(dumped.stdout)
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(not chromium.available(), reason=chromium.SKIP_REASON)
+@pytest.mark.skipif(not browser.available(), reason=browser.SKIP_REASON)
 @pytest.mark.skipif(java_reference_skip_reason() is not None, reason=str(java_reference_skip_reason()))
 def test_the_page_in_chromium_shows_a_java_broker_then_why_it_is_gone(namesrv_factory, tmp_path) -> None:
     server = namesrv_factory(scanNotActiveBrokerInterval=200)

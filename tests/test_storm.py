@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -13,19 +12,24 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pyarrow.parquet as pq
 import pytest
 from hdrh.log import HistogramLogReader
 
 from bench.heartbeat_storm import StormSettings, run_storm
-from bench.storm.fleet import HEARTBEAT, REGISTER, ROUTE, FleetShape, heartbeat_template, register_body, \
+from bench.lib.fleet import HEARTBEAT, REGISTER, ROUTE, FleetShape, heartbeat_template, register_body, \
     register_template, route_template
-from bench.storm.hdr import new_histogram
+from bench.lib.hdr import new_histogram
 from bench.storm.subscriber import choose_topics
-from bench.storm.template import FrameTemplate
+from bench.lib.fleet import FrameTemplate
+from bench.lib.hdr import generator_layout
+from bench.lib.servers import core_plan
 from bench.storm.worker import WorkerPlan, WorkerRequests, start_shielded_from_sigint
-from namesrv.protocol import DataVersion, RegisterBrokerBody, RemotingCommand, RequestCode, SerializeType
+from namesrv.fastpath import RequestGenerator
+from namesrv.protocol import DataVersion, FrameDecoder, RegisterBrokerBody, RemotingCommand, RequestCode, \
+    SerializeType
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,11 +69,16 @@ def test_fleet_identities_bodies_and_rates():
 @pytest.mark.parametrize("changes, message", [
     ({"brokers": 0}, "brokers"), ({"clusters": 40}, "clusters"), ({"serialize": "xml"}, "serialize"),
     ({"register_period_s": 0, "route_poll_period_s": 0}, "every request kind is off"),
-    ({"register_churn": 1.5}, "register_churn"), ({"brokers": 20000, "topics_per_broker": 1000}, "held in memory"),
+    ({"register_churn": 1.5}, "register_churn"),
 ])
 def test_bad_fleet_shapes_are_rejected(changes, message):
     with pytest.raises(ValueError, match=message):
         FleetShape(**changes)
+
+
+def test_a_storm_holding_too_many_registration_bodies_is_refused():
+    with pytest.raises(ValueError, match="held in memory"):
+        StormSettings(fleet=FleetShape(brokers=20000, topics_per_broker=1000)).validate()
 
 
 def _free_port() -> int:
@@ -108,20 +117,36 @@ SMALL_FLEET = FleetShape(brokers=6, topics_per_broker=10, queues_per_topic=4, cl
                          heartbeat_period_s=0.5, route_clients=100, route_poll_period_s=0.5, register_churn=0.5)
 
 
-def _data_version(template) -> DataVersion:
-    return RegisterBrokerBody.decode(RemotingCommand.decode(template.render(1)[4:]).body).wrapper.data_version
+def _commands(generator: RequestGenerator, templates) -> list[RemotingCommand]:
+    """The requests of template ids, as the generator loop writes them."""
+    conn = generator.connect(-1)
+    generator.schedule(np.zeros(len(templates), dtype=np.int64), np.asarray(templates, dtype=np.int32),
+                       np.full(len(templates), conn, dtype=np.int32))
+    generator.send_due(0)
+    return [RemotingCommand.decode(frame) for frame in FrameDecoder().feed(generator.outgoing(conn))]
+
+
+def _data_version(command: RemotingCommand) -> DataVersion:
+    return RegisterBrokerBody.decode(command.body).wrapper.data_version
+
+
+def _requests(fleet: FleetShape) -> tuple[WorkerPlan, RequestGenerator, WorkerRequests]:
+    plan = WorkerPlan(index=1, workers=2, host="127.0.0.1", port=1, fleet=fleet, mode="open", seed=3)
+    generator = RequestGenerator(*generator_layout())
+    return plan, generator, WorkerRequests(plan, generator)
 
 
 @pytest.mark.parametrize("churn", [0.0, 1.0])
 def test_worker_requests_take_turns_and_churn_data_versions(churn):
     fleet = FleetShape(brokers=4, topics_per_broker=3, clusters=2, register_churn=churn)
-    plan = WorkerPlan(index=1, workers=2, host="127.0.0.1", port=1, fleet=fleet, mode="open")
-    requests = WorkerRequests(plan, random.Random(3))
-    assert [RemotingCommand.decode(t.render(1)[4:]).ext_fields["brokerAddr"] for t in requests.bring_up()] == \
-        [fleet.broker(1).address, fleet.broker(3).address]
-    first = [_data_version(t) for t in requests.bring_up()]
+    _, generator, requests = _requests(fleet)
+    up = _commands(generator, requests.bring_up())
+    assert [command.ext_fields["brokerAddr"] for command in up] == [fleet.broker(1).address, fleet.broker(3).address]
+    first = [_data_version(command) for command in up]
     assert first[0] != first[1]  # every broker stamps its own version
-    versions = [_data_version(requests.next(REGISTER)[0]) for _ in range(6)]
+    templates, slots, _ = requests.next(REGISTER, 4)
+    templates = np.concatenate([templates, requests.next(REGISTER, 2)[0]])  # many at a time or few: the same
+    versions = [_data_version(command) for command in _commands(generator, templates)]
     if churn:  # every registration switches its broker to the other version
         for broker in (0, 1):
             other = versions[broker]
@@ -129,18 +154,30 @@ def test_worker_requests_take_turns_and_churn_data_versions(churn):
             assert versions[broker::2] == [other, first[broker], other]
     else:
         assert versions == first * 3
-    topics = {RemotingCommand.decode(requests.next(ROUTE)[0].render(1)[4:]).ext_fields["topic"] for _ in range(200)}
-    assert topics == set(fleet.all_topics())
+    assert list(slots) == [0, 1, 0, 1]
+    routes = _commands(generator, requests.next(ROUTE, 200)[0])
+    assert {command.ext_fields["topic"] for command in routes} == set(fleet.all_topics())
+
+
+def test_churned_versions_follow_each_broker_in_turn_however_the_turns_are_cut():
+    fleet = FleetShape(brokers=6, topics_per_broker=3, clusters=2, register_churn=0.5)
+    whole, cut = _requests(fleet)[2], _requests(fleet)[2]
+    one_go = whole.next(REGISTER, 60)[0]
+    pieces = np.concatenate([cut.next(REGISTER, n)[0] for n in (1, 7, 2, 20, 30)])
+    assert list(one_go) != [one_go[0]] * 60 and len(set(one_go)) == 6  # 3 brokers × 2 versions, all used
+    versions = {template: n for n, template in enumerate(whole.register.flatten())}
+    assert all(versions[t] // 2 == n % 3 for n, t in enumerate(one_go))  # each turn is its broker's
+    assert list(pieces) == list(one_go)
 
 
 def test_a_down_brokers_turns_pass_without_a_request():
     fleet = FleetShape(brokers=4, topics_per_broker=3, clusters=2, heartbeat_period_s=1)
-    plan = WorkerPlan(index=1, workers=2, host="127.0.0.1", port=1, fleet=fleet, mode="open")
-    requests = WorkerRequests(plan, random.Random(3))
-    assert [requests.next(HEARTBEAT)[1] for _ in range(4)] == [0, 1, 0, 1]  # slots: fleet brokers 1 and 3
+    plan, _, requests = _requests(fleet)
+    assert list(requests.next(HEARTBEAT, 4)[1]) == [0, 1, 0, 1]  # slots: fleet brokers 1 and 3
     requests.down.add(plan.slot_of(3))
-    assert [None if r is None else r[1] for r in (requests.next(REGISTER) for _ in range(4))] == [0, None, 0, None]
-    assert requests.next(ROUTE)[1] is None  # clients ask whoever is down
+    templates, slots, up = requests.next(REGISTER, 4)
+    assert list(slots) == [0, 0] and list(up) == [True, False, True, False] and requests.skipped == 2
+    assert list(requests.next(ROUTE, 3)[1]) == [-1, -1, -1] and requests.next(ROUTE, 3)[2] is None  # clients ask anyway
 
 
 def test_open_loop_storm_against_a_real_server(namesrv_factory, tmp_path):
@@ -196,6 +233,20 @@ def test_closed_loop_storm_keeps_requests_in_flight(namesrv_factory, tmp_path):
     # far more than an open loop at the fleet's 224 req/s would send: the loop is closed, not paced
     assert summary["ALL"]["answered"] > 500
     assert summary["GET_ROUTEINFO_BY_TOPIC"]["answered"] > summary["REGISTER_BROKER"]["answered"] * 5
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one usable CPU: there is nothing to pin apart")
+def test_a_pinned_storm_gives_its_caller_back_every_cpu_it_had(namesrv_factory, tmp_path):
+    """The coordinator runs on the generator's CPUs only during the run: a knee's next step, or the
+    test after this one, is not left on half of the host."""
+    before = os.sched_getaffinity(0)
+    server = namesrv_factory()
+    result = run_storm(StormSettings(address=server.address, fleet=SMALL_FLEET, mode="closed", duration_s=0.5,
+                                     warmup_s=0.3, drain_s=2, workers=1, connections=1, in_flight=2,
+                                     runs_dir=tmp_path, progress=False, cores=core_plan("auto")))
+    meta = json.loads((result.run_dir / "meta.json").read_text())
+    assert meta["generator"]["cores"]["generator_cpus"] != sorted(before)  # it was pinned while it ran
+    assert os.sched_getaffinity(0) == before
 
 
 def test_cli_launches_a_fresh_server_and_keeps_its_log(tmp_path):
@@ -370,7 +421,7 @@ def test_ctrl_c_while_the_workers_start_ends_the_storm_at_once_without_a_traceba
 def test_a_kind_sent_but_never_answered_is_summarized_as_all_errors():
     """Every connection closed by an overloaded server: the window's requests count, as NO_RESPONSE."""
     from bench.heartbeat_storm import format_summary, summarize
-    from bench.storm.rundir import NO_RESPONSE, RunRecorder
+    from bench.lib.output import NO_RESPONSE, RunRecorder
 
     run = RunRecorder("lost")
     run.add_responses(0, ROUTE, NO_RESPONSE, 500)

@@ -9,10 +9,10 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 from bench.heartbeat_storm import StormSettings, format_propagation, summarize_propagation
-from bench.storm.fleet import ROUTE_CHANGED, FleetShape
+from bench.lib.fleet import ROUTE_CHANGED, FleetShape
 from bench.storm.flaps import CLOSE, REGISTER_AGAIN, FlapSchedule, change_index
 from bench.storm.recorder import IntervalRecorder
-from bench.storm.rundir import RunRecorder
+from bench.lib.output import RunRecorder
 from bench.storm.subscriber import (
     PROPAGATION,
     PushCounts,

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hdrh.log import HistogramLogReader
 
-from bench.storm.hdr import HIGHEST_US, HdrLogWriter, bucket_rows, new_histogram, record_us
+from bench.lib.hdr import HIGHEST_US, HdrLogWriter, bucket_rows, new_histogram, record_us
 from bench.storm.recorder import IntervalRecorder
-from bench.storm.rundir import NO_RESPONSE, ResourceSample, RunRecorder
+from bench.lib.output import NO_RESPONSE, ResourceSample, RunRecorder
 from namesrv.protocol import RequestCode
 
 SECOND = 1_000_000_000

@@ -1,4 +1,5 @@
-"""bench/throughput.py and bench/ceiling.py still run end to end (a smoke run: tiny legs, nothing asserted on speed)."""
+"""The throughput verb and the echo ceiling still run end to end (a smoke run: tiny legs, nothing asserted on
+speed), every column is treated alike, and every rate comes with the server's CPU per request."""
 from __future__ import annotations
 
 import json
@@ -7,21 +8,33 @@ import time
 import pytest
 
 from bench import throughput
-from bench.storm.java_namesrv import java_unavailable_reason
+from bench.lib.rounds import alternate, leg_order
+from bench.lib.servers import Ceiling, java_unavailable_reason
 
 
-def test_one_short_abab_round_measures_both_servers(tmp_path, capsys):
-    out = tmp_path / "result.json"
-    assert throughput.main(["--workloads", "route,register-new,register-churn", "--rounds", "1", "--leg-seconds", "0.5",
-                            "--warmup-seconds", "0.2", "--json", str(out)]) == 0
-    report = json.loads(out.read_text())
-    for workload in ("route", "register-new", "register-churn"):
-        assert report[workload]["ceiling_per_s"] > 0 and report[workload]["namesrv_per_s"] > 0
-        assert report[workload]["bad_answers"] == 0  # namesrv answered SUCCESS
-    assert "ratio" in capsys.readouterr().out
+def results_of(out) -> dict[tuple[str, str], dict]:
+    """The run directory's rows by (workload, column)."""
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["verb"] == "throughput" and meta["host"]["cpu_model"] is not None and meta["lines"]
+    return {(row["workload"], row["column"]): row for row in meta["results"]}
 
 
-# ---- the two columns are treated alike (an A/A run must give a ratio of 1 up to noise)
+def test_one_short_round_measures_both_servers_with_their_cpu_per_request(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert throughput.main(["--workloads", "route,register-new,register-churn,heartbeat,data-version", "--rounds", "1",
+                            "--seconds", "0.5", "--warmup-seconds", "0.2", "--out", str(out)]) == 0
+    rows = results_of(out)
+    for workload in ("route", "register-new", "register-churn", "heartbeat", "data-version"):
+        for column in ("ceiling", "namesrv"):
+            assert rows[(workload, column)]["per_s"] > 0
+            assert rows[(workload, column)]["bad_answers"] == 0  # namesrv answered SUCCESS
+            assert rows[(workload, column)]["server_cpu_us_per_request"] > 0  # the pids are known
+    printed = capsys.readouterr().out
+    assert printed.startswith("machine: ") and "Python" in printed.splitlines()[0]
+    assert "namesrv ÷ ceiling" in printed and "µs/request" in printed and "µs/req)" in printed
+
+
+# ---- the columns are treated alike (an A/A run must give a ratio of 1 up to noise)
 
 def _fleet() -> throughput.FleetShape:
     return throughput.FleetShape(brokers=1, topics_per_broker=100, queues_per_topic=8, clusters=1, slaves_per_master=0,
@@ -30,37 +43,42 @@ def _fleet() -> throughput.FleetShape:
 
 def test_leg_order_alternates_abba_by_round_and_by_workload():
     for workload_index in range(3):
-        orders = [throughput.leg_order(workload_index, r) for r in range(4)]
+        orders = [leg_order(workload_index, r, ("ceiling", "namesrv")) for r in range(4)]
         assert all(sorted(order) == ["ceiling", "namesrv"] for order in orders)
         firsts = [order[0] for order in orders]
         assert firsts.count("ceiling") == firsts.count("namesrv") == 2  # ABBA ABBA
         assert all(a != b for a, b in zip(firsts, firsts[1:]))
-    assert throughput.leg_order(0, 0) != throughput.leg_order(1, 0)  # a workload's first leg alternates too
+    assert leg_order(0, 0, ("a", "b")) != leg_order(1, 0, ("a", "b"))  # a workload's first leg alternates too
 
 
 def test_three_columns_rotate_so_each_takes_each_place_equally_often():
     columns = ("ceiling", "namesrv", "java")
     for workload_index in range(3):
-        orders = [throughput.leg_order(workload_index, r, columns) for r in range(3)]
+        orders = [leg_order(workload_index, r, columns) for r in range(3)]
         assert all(sorted(order) == sorted(columns) for order in orders)
         for place in range(3):
             assert sorted(order[place] for order in orders) == sorted(columns)
-    assert throughput.leg_order(0, 0, columns)[0] != throughput.leg_order(1, 0, columns)[0]
+    assert leg_order(0, 0, columns)[0] != leg_order(1, 0, columns)[0]
+    legs, order = alternate(columns, 3, lambda column: column.upper(), index=1)
+    assert order == [c for r in range(3) for c in leg_order(1, r, columns)]
+    assert legs == {column: [column.upper()] * 3 for column in columns}
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(java_unavailable_reason() is not None, reason=str(java_unavailable_reason()))
 def test_the_java_nameserver_is_a_third_column_of_the_same_run(tmp_path, capsys):
-    out = tmp_path / "result.json"
-    assert throughput.main(["--java", "on", "--workloads", "route,register-new", "--rounds", "1", "--leg-seconds",
-                            "0.5", "--warmup-seconds", "0.2", "--java-warmup-seconds", "1", "--json", str(out)]) == 0
-    report = json.loads(out.read_text())
+    out = tmp_path / "run"
+    assert throughput.main(["--java", "on", "--workloads", "route,register-new,heartbeat", "--rounds", "1",
+                            "--seconds", "0.5", "--warmup-seconds", "0.2", "--java-warmup-seconds", "1",
+                            "--out", str(out)]) == 0
+    rows = results_of(out)
     for workload in ("route", "register-new"):
-        row = report[workload]
-        assert row["java_per_s"] > 0 and row["java_bad_answers"] == 0  # Java answered SUCCESS
-        assert row["namesrv_over_java"] == row["namesrv_per_s"] / row["java_per_s"]
-        assert sorted(row["order"]) == ["ceiling", "java", "namesrv"]
-    assert "namesrv ÷ java" in capsys.readouterr().out
+        java = rows[(workload, "java")]
+        assert java["per_s"] > 0 and java["bad_answers"] == 0  # Java answered SUCCESS
+        assert sorted(java["order"]) == ["ceiling", "java", "namesrv"]
+    assert ("heartbeat", "java") not in rows and ("heartbeat", "namesrv") in rows  # Java 4.9.8 never answers it
+    printed = capsys.readouterr().out
+    assert "namesrv ÷ java" in printed and "heartbeat: the Java NameServer 4.9.8 does not answer it" in printed
 
 
 class _Out:
@@ -104,32 +122,26 @@ def test_checks_count_wrong_answers_on_either_column(namesrv_factory):
 
 
 def test_the_echo_is_a_good_answer_on_the_ceiling_column_only():
-    ceiling = throughput.CeilingProcess()
-    try:
+    with Ceiling() as ceiling:
         throughput.register_once(ceiling.address, _fleet(), echo_ok=True).close()
-        try:
-            throughput.register_once(ceiling.address, _fleet()).close()
-        except RuntimeError:
-            pass
-        else:
-            raise AssertionError("an echoed registration passed for a namesrv answer")
+        with pytest.raises(RuntimeError, match="registration failed"):
+            throughput.register_once(ceiling.address, _fleet())
         workload = throughput.build_workload("register-new", _fleet())
         leg = throughput.run_leg(ceiling.address, ceiling.pid, workload, 1, 0.2, 0.5, True)
-        assert leg.answers > 0 and leg.bad == 0
-    finally:
-        ceiling.close()
+        assert leg.answers > 0 and leg.bad == 0 and leg.cpu_us_per_request > 0
 
 
 def test_an_a_a_run_registers_and_checks_both_columns_in_abba_order(namesrv_factory, tmp_path):
     first, second = namesrv_factory(), namesrv_factory()
-    out = tmp_path / "aa.json"
-    assert throughput.main(["--workloads", "route,register-same", "--rounds", "2", "--leg-seconds", "0.5",
+    out = tmp_path / "aa"
+    assert throughput.main(["--workloads", "route,register-same", "--rounds", "2", "--seconds", "0.5",
                             "--warmup-seconds", "0.2", "--ceiling", first.address, "--namesrv", second.address,
-                            "--json", str(out)]) == 0
-    report = json.loads(out.read_text())
+                            "--out", str(out)]) == 0
+    rows = results_of(out)
     for workload in ("route", "register-same"):
         # the route broker is registered on the ceiling column too (else TOPIC_NOT_EXIST answers are bad)
-        assert report[workload]["bad_answers"] == report[workload]["ceiling_bad_answers"] == 0
-        assert report[workload]["ceiling_per_cpu_s"] > 0 and report[workload]["namesrv_per_cpu_s"] > 0  # pids found
-    assert report["route"]["order"] == ["ceiling", "namesrv", "namesrv", "ceiling"]
-    assert report["register-same"]["order"] == ["namesrv", "ceiling", "ceiling", "namesrv"]
+        assert rows[(workload, "namesrv")]["bad_answers"] == rows[(workload, "ceiling")]["bad_answers"] == 0
+        for column in ("ceiling", "namesrv"):  # pids found: CPU per request on both
+            assert rows[(workload, column)]["server_cpu_us_per_request"] > 0
+    assert rows[("route", "namesrv")]["order"] == ["ceiling", "namesrv", "namesrv", "ceiling"]
+    assert rows[("register-same", "namesrv")]["order"] == ["namesrv", "ceiling", "ceiling", "namesrv"]

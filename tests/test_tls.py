@@ -18,14 +18,26 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from bench.tls import call_once as call
 from namesrv.client import NamesrvClient, RemotingConnectError, client_tls_context
 from namesrv.config import NamesrvConfig
-from namesrv.protocol import RemotingCommand
+from namesrv.protocol import FrameDecoder, RemotingCommand
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.remoting.endpoints import TLS_HANDSHAKE_BYTES
 from namesrv.remoting.tls import TlsConfigError, TlsServer, TlsSession, TlsSettings, server_context
 from test_operator_http import RMQ, closed_by_server, free_broker_port, java_reference_skip_reason, scrape
+
+
+def call(sock: socket.socket, code: int, ext: dict[str, str] | None = None, opaque: int = 1) -> RemotingCommand:
+    """One request on a blocking socket (plain or TLS); the first frame back, decoded."""
+    sock.sendall(RemotingCommand.request(code, ext, opaque=opaque).encode())
+    decoder = FrameDecoder()
+    frames: list[bytes] = []
+    while not frames:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed by the server")
+        frames = decoder.feed(chunk)
+    return RemotingCommand.decode(frames[0])
 
 
 # ---- certificates

@@ -1,9 +1,9 @@
-"""bench/storm/verdict.py: the one rule behind a step's judgement, a search's knee and a sweep's best."""
+"""bench/lib/verdict.py: the one rule behind a step's judgement, a search's knee and a sweep's best."""
 from __future__ import annotations
 
 import pytest
 
-from bench.storm.verdict import Candidate, KindFacts, Slo, StepFacts, choose_best, find_knee, judge, slo_latency_ms, \
+from bench.lib.verdict import Candidate, KindFacts, Slo, StepFacts, choose_best, find_knee, judge, slo_latency_ms, \
     step_facts
 
 SLO = Slo(latency_ms=5.0, error_budget=0.001, min_samples=1000)
@@ -37,8 +37,19 @@ def test_a_step_misses_for_latency_errors_or_not_keeping_up(facts, reason):
 def test_a_kind_with_too_few_answers_is_not_judged_on_latency():
     verdict = judge(step(10_000, register_p99=40.0, register_answers=300), SLO)
     assert verdict.met
-    assert verdict.unjudged == ("REGISTER_BROKER: 300 answers, fewer than the 1000 a p99 needs",)
+    assert verdict.unjudged == ("REGISTER_BROKER: 300 answers (p99 40.000 ms), fewer than the 1000 a p99 needs",)
     assert slo_latency_ms(step(10_000, register_p99=40.0, register_answers=300), SLO) == 1.0
+    assert verdict.outcome == "met (not every kind judged)"
+
+
+def test_a_step_with_no_kind_to_judge_vouches_for_nothing_and_does_not_meet_the_slo():
+    few = StepFacts(100.0, 1.0, (KindFacts("GET_ROUTEINFO_BY_TOPIC", 90, 90, 0, 40.0, 0.1),
+                                 KindFacts("REGISTER_BROKER", 10, 10, 0, 40.0, 0.1)))
+    verdict = judge(few, SLO)
+    assert not verdict.met and verdict.nothing_judged and verdict.outcome == "not judged (too few answers)"
+    assert verdict.reasons == ("no request kind had the 1000 answers a p99 needs: nothing judged (a longer step, "
+                               "or a higher load)",)
+    assert find_knee([(few, verdict)]).offered_per_s is None
 
 
 @pytest.mark.parametrize("facts, reason", [
@@ -72,6 +83,9 @@ def test_a_knee_below_a_generator_limited_miss_is_a_lower_bound():
 
 def test_knee_edge_cases():
     assert find_knee(judged(step(5000, p99=9.0))).bound == "none"
+    assert find_knee(judged(step(5000, p99=9.0))).note == "no step met the SLO"
+    # met once, missed its second run: no knee, and the note does not say no step met
+    assert find_knee(judged(step(5000), step(5000, p99=9.0))).note == "no rate met the SLO in all its runs"
     assert find_knee(judged(step(5000, p99=7.0, lag=3.0))).bound == "generator"
     assert find_knee(judged(step(5000), step(10_000)), max_rate=10_000).bound == "max-rate"
     assert find_knee(judged(step(5000))).bound == "unfinished"

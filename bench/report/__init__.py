@@ -1,1 +1,1 @@
-"""Spark report over heartbeat-storm run directories, module by module (bench/spark_report.py is its entry point)."""
+"""The Spark report over the run directories of every verb, module by module (bench/spark_report.py is its entry point)."""

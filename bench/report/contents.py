@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from bench.report.inputs import Run
-from bench.storm import verdict
+from bench.lib import verdict
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,8 @@ class ReportTables:
     #: The sweep's best point over its configuration labels (None: one configuration only).
     best: verdict.Best | None = None
     groups: Groups | None = None
+    #: Each saturation search's knee (verdict.find_knee over its steps), by search name.
+    search_knees: dict[str, verdict.Knee] = field(default_factory=dict)
 
     def items(self) -> list[tuple[str, pd.DataFrame]]:
         """The tables written as csv/<name>.csv."""

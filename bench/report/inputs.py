@@ -17,8 +17,9 @@ from urllib.parse import unquote, urlparse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bench.storm import server_metrics, verdict
-from bench.storm.rundir import thread_config
+from bench.lib import verdict
+from bench.report import server_metrics
+from bench.lib.output import thread_config
 
 log = logging.getLogger("spark_report")
 
@@ -52,6 +53,21 @@ class Run:
         return propagation if propagation.get("subscribers") else None
 
     @property
+    def measured(self) -> bool:
+        """Whether the run recorded latency histograms (a storm, a knee's or a sweep's step); else it is
+        another verb's, whose figures are its meta.json's "results"."""
+        return "histograms" in (self.meta.get("files") or {})
+
+    @property
+    def implementation(self) -> str:
+        return (self.meta.get("server") or {}).get("implementation") or "unknown"
+
+    @property
+    def cores(self) -> dict | None:
+        """The CPUs the server and the generator ran on (bench/lib/servers.CorePlan), None when not pinned."""
+        return (self.meta.get("generator") or {}).get("cores") or None
+
+    @property
     def saturation(self) -> dict | None:
         """meta.json's "saturation" when the run is a step of a saturation search, else None."""
         return self.meta.get("saturation") or None
@@ -69,7 +85,7 @@ class Run:
     def offered_per_s(self) -> float:
         """The open-loop rates summed; 0 for a closed loop, whose load is whatever the server answers.
 
-        A search's step is judged at the rate the search planned (bench/saturation.py), which the
+        A search's step is judged at the rate the search planned (`python -m bench knee`), which the
         fleet's per-kind rates only sum to up to float rounding: that rate, so knees match the search's.
         """
         load = self.meta.get("load") or {}
@@ -107,7 +123,7 @@ def find_run_uris(locations: Sequence[str], spark: SparkSession | None = None) -
 
 
 def _no_runs(where: str) -> str:
-    return f"{where} holds no storm run directories (no meta.json within {RUN_SEARCH_DEPTH} levels)"
+    return f"{where} holds no run directories (no meta.json within {RUN_SEARCH_DEPTH} levels)"
 
 
 def _local_run_uris(uri: str) -> list[str]:
@@ -118,7 +134,7 @@ def _local_run_uris(uri: str) -> list[str]:
     if not root.exists():
         raise FileNotFoundError(f"{root} does not exist")
     if not root.is_dir():
-        raise FileNotFoundError(f"{root} is not a storm run directory (a folder holding meta.json)")
+        raise FileNotFoundError(f"{root} is not a run directory (a folder holding meta.json)")
     found, level = [], [root]
     for _ in range(RUN_SEARCH_DEPTH):
         children = [child for folder in level for child in folder.iterdir()
@@ -160,7 +176,7 @@ def load_runs(spark: SparkSession, locations: Sequence[str]) -> list[Run]:
         wanted = _tail(uri) + "/meta.json"
         text = next((body for path, body in texts.items() if path.rstrip("/").endswith(wanted)), None)
         if text is None:
-            raise FileNotFoundError(f"{uri} has no meta.json: not a storm run directory")
+            raise FileNotFoundError(f"{uri} has no meta.json: not a run directory")
         meta = json.loads(text)
         runs.append(Run(meta["run_id"], uri, meta))
     seen: dict[str, str] = {}
@@ -189,8 +205,12 @@ def read_server_windows(spark: SparkSession, runs: Sequence[Run]) -> dict[str, s
     for path, text in files:
         directory, _, name = _tail(path).rpartition("/")
         scrapes[run_ids[directory]][name] = text
-    return {run.run_id: server_metrics.run_window(scrapes[run.run_id], run.meta.get("server_metrics"))
-            for run in runs}
+    return {run.run_id: server_metrics.ServerWindow(problem=JAVA_HAS_NO_METRICS) if run.implementation == "java"
+            else server_metrics.run_window(scrapes[run.run_id], run.meta.get("server_metrics")) for run in runs}
+
+
+#: Why a Java step has no server-side latency: there is nothing to scrape, whatever the storm was told.
+JAVA_HAS_NO_METRICS = "the Java NameServer 4.9.8 has no /metrics (it exports no Prometheus histogram to read)"
 
 
 def natural_key(text: str) -> list:

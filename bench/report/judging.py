@@ -15,7 +15,7 @@ import pandas as pd
 
 from bench.report.contents import ReportTables
 from bench.report.inputs import Run
-from bench.storm import verdict
+from bench.lib import verdict
 from namesrv.protocol import RequestCode
 
 
@@ -25,6 +25,7 @@ def judge_runs(tables: ReportTables, runs: Sequence[Run]) -> None:
         tables.facts[run.run_id] = run_facts(run, tables.summary, tables.resources)
         tables.judgements[run.run_id] = verdict.judge(tables.facts[run.run_id], run.slo)
     knees = _search_knees(runs, tables)
+    tables.search_knees = {name: knee for name, (knee, _) in knees.items()}
     tables.saturation_steps = _saturation_steps(runs, tables)
     tables.knees = _knee_table(runs, tables, knees)
     if len(tables.sweep) > 1:
@@ -103,7 +104,7 @@ def _step_row(run: Run, tables: ReportTables) -> dict[str, object]:
     if facts.partial:
         outcome = "partial (not judged)"
     else:
-        outcome = "met" if judgement.met else "missed"
+        outcome = judgement.outcome
     return {"search": run.saturation["search"], "step": run.saturation.get("step"), "run_id": run.run_id,
             "offered_per_s": facts.offered_per_s, "answered_per_s": facts.answered_per_s,
             **{f"worst_{column}_ms": _worst(tables.summary, run.run_id, column) for column in ("p50", "p99", "p99_9")},
@@ -111,14 +112,14 @@ def _step_row(run: Run, tables: ReportTables) -> dict[str, object]:
             "generator_cpu_percent": None if facts.generator_cpu is None else facts.generator_cpu * 100.0,
             "server_cpu_us_per_answer": facts.server_cpu_us_per_answer,
             "server_rss_mib": None if facts.server_rss_bytes is None else facts.server_rss_bytes / 2**20,
-            "verdict": outcome, "reasons": "; ".join(judgement.reasons),
+            "verdict": outcome, "reasons": "; ".join(judgement.reasons), "unjudged": "; ".join(judgement.unjudged),
             "generator_limited": "yes" if judgement.generator_limited else "no",
             "generator_reasons": "; ".join(judgement.generator_reasons)}
 
 
 _STEP_COLUMNS = ("search", "step", "run_id", "offered_per_s", "answered_per_s", "worst_p50_ms", "worst_p99_ms",
                  "worst_p99_9_ms", "error_rate", "send_lag_p99_ms", "generator_cpu_percent",
-                 "server_cpu_us_per_answer", "server_rss_mib", "verdict", "reasons", "generator_limited",
+                 "server_cpu_us_per_answer", "server_rss_mib", "verdict", "reasons", "unjudged", "generator_limited",
                  "generator_reasons")
 
 
@@ -127,7 +128,7 @@ def _saturation_steps(runs: Sequence[Run], tables: ReportTables) -> pd.DataFrame
     return pd.DataFrame(rows, columns=list(_STEP_COLUMNS))
 
 
-_KNEE_COLUMNS = ("search", "implementation", "knee_offered_per_s", "bound", "note", "answered_per_s",
+_KNEE_COLUMNS = ("search", "implementation", "knee_offered_per_s", "runs", "bound", "note", "answered_per_s",
                  "worst_p99_ms", "server_cpu_us_per_answer", "server_rss_mib", "knee_ratio", "baseline")
 
 
@@ -137,7 +138,9 @@ def _knee_table(runs: Sequence[Run], tables: ReportTables,
     rows = []
     for name, (knee, steps) in knees.items():
         row: dict[str, object] = {"search": name, "implementation": steps[0].saturation.get("implementation"),
-                                  "knee_offered_per_s": knee.offered_per_s, "bound": knee.bound, "note": knee.note}
+                                  "knee_offered_per_s": knee.offered_per_s,
+                                  "runs": "" if knee.index is None else "met twice" if knee.met_twice else "met once",
+                                  "bound": knee.bound, "note": knee.note}
         if knee.index is not None:
             step = steps[knee.index]
             facts = tables.facts[step.run_id]

@@ -1,6 +1,10 @@
 """The report as one self-contained HTML page: tables, notes, SVG charts and the CSS, no scripts.
 
-Numbers are formatted for reading here only; the CSV tables keep them raw.
+The first screen (bench/report/first_screen.py) answers the question: the verdict, then the knee
+chart and the client's latency beside the server's at the knee; the sections below hold the runs,
+every table and each run's charts. A target, a request kind or a process keeps one colour in
+every chart. Numbers are formatted for reading only (bench/report/html.py); the CSV tables keep
+them raw.
 """
 from __future__ import annotations
 
@@ -17,34 +21,42 @@ from bench.report.inputs import Run, natural_key
 from bench.report.judging import saturation_searches
 from bench.report.percentiles import SPECTRUM_PERCENTILES
 from bench.report.tables import host_load
-from bench.storm import svgplot, verdict
-from bench.storm.rundir import SEND_DELAY_WARNING_US
+from bench.lib import verdict
+from bench.report import svgplot
+from bench.report.first_screen import knee_first_screen, results_sections, verdict_html
+from bench.report.html import LATENCY_COLUMNS, page, plain, rate, table
 
 
-def render_html(tables: ReportTables, runs: Sequence[Run], title: str) -> str:
-    body = [f"<h1>{escape(title)}</h1>",
-            f"<p class=note>Generated {escape(time.strftime('%Y-%m-%d %H:%M:%S %Z'))} from {len(runs)} run(s). "
-            "Latencies in milliseconds, measured from each request's <em>intended</em> send time (open loop: "
-            "no coordinated omission) or its send time (closed loop); HdrHistogram with 3 significant digits, "
-            "so values are exact to 0.1 %. Percentiles come from merged histograms, never averaged. "
-            "<em>send delay p99</em> is how late the generator itself sent: if it is large, the generator "
-            "(not the server) was the bottleneck. Warm-up is excluded.</p>"]
-    body.append("<h2>Runs</h2>" + _table(_runs_display(runs), {}))
-    body.append(_saturation_section(tables, runs))
-    body.append(_comparison_section(tables))
-    if len(tables.sweep) > 1 and any(run.meta.get("sweep") for run in runs):
-        body.append("<h2>Sweep</h2>" + _sweep_section(tables.sweep, runs, tables.best)
-                    + _table(tables.sweep, {c: 1000.0 for c in tables.sweep.columns if c.startswith("p99_us")}))
-    body.append("<h2>Summary by run and request</h2>" + _table(tables.summary, _LATENCY_COLUMNS))
-    if _merges_runs(tables, runs):
-        body.append("<h2>By thread configuration (runs merged)</h2>" + _table(tables.configurations, _LATENCY_COLUMNS))
-    body.append(_server_section(tables, runs))
-    body.append(_propagation_section(tables, runs))
-    body.append("<h2>Responses by code</h2>" + _table(tables.errors, {}))
-    for run in runs:
-        body.append(_run_section(tables, run))
-    return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>"
-            f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
+def render_html(tables: ReportTables | None, runs: Sequence[Run], title: str, others: Sequence[Run] = ()) -> str:
+    """The page: `tables` of the `runs` that recorded latency (None: there are none), the `others`' figures."""
+    colors = svgplot.Palette()
+    body = [f"<h1>{escape(title)}</h1>", verdict_html(tables, runs, others)]
+    if tables is not None and tables.search_knees:
+        body.append(knee_first_screen(tables, runs, colors))
+    if tables is not None:
+        body.append(f"<p class=note>Generated {escape(time.strftime('%Y-%m-%d %H:%M:%S %Z'))} from {len(runs)} "
+                    "run(s). Latencies in milliseconds, measured from each request's <em>intended</em> send time "
+                    "(open loop: no coordinated omission) or its send time (closed loop); HdrHistogram with 3 "
+                    "significant digits, so values are exact to 0.1 %. Percentiles come from merged histograms, "
+                    "never averaged. <em>send delay p99</em> is how late the generator itself sent; a run where that "
+                    "lag made the generator the limit says so. Warm-up is excluded.</p>")
+        body.append("<h2>Runs</h2>" + table(_runs_display(runs), {}))
+        body.append(_saturation_section(tables, runs, colors))
+        body.append(_comparison_section(tables, colors))
+        if len(tables.sweep) > 1 and any(run.meta.get("sweep") for run in runs):
+            body.append("<h2>Sweep</h2>" + _sweep_section(tables.sweep, runs, tables.best)
+                        + table(tables.sweep, {c: 1000.0 for c in tables.sweep.columns if c.startswith("p99_us")}))
+        body.append("<h2>Summary by run and request</h2>" + table(tables.summary, LATENCY_COLUMNS))
+        if _merges_runs(tables, runs):
+            body.append("<h2>By thread configuration (runs merged)</h2>"
+                        + table(tables.configurations, LATENCY_COLUMNS))
+        body.append(_server_section(tables, runs))
+        body.append(_propagation_section(tables, runs))
+        body.append("<h2>Responses by code</h2>" + table(tables.errors, {}))
+        for run in runs:
+            body.append(_run_section(tables, run, colors))
+    body.append(results_sections(others))
+    return page(title, body)
 
 
 def _runs_display(runs: Sequence[Run]) -> pd.DataFrame:
@@ -74,16 +86,12 @@ def _number_or_none(value: object) -> float | None:
 def _offered(load: dict) -> str:
     """GET_ROUTEINFO_BY_TOPIC 5,000/s · REGISTER_BROKER 64/s; a closed loop's weights as "closed loop: …"."""
     if load.get("rates_per_s"):
-        return " · ".join(f"{name} {_rate(rate)}/s" for name, rate in load["rates_per_s"].items())
+        return " · ".join(f"{name} {rate(per_s)}/s" for name, per_s in load["rates_per_s"].items())
     if load.get("weights"):
         in_flight = load.get("in_flight_per_connection")
         return ("closed loop" + (f", {in_flight} in flight per connection" if in_flight else "") + ": "
-                + " · ".join(f"{name} ×{_plain(weight)}" for name, weight in load["weights"].items()))
+                + " · ".join(f"{name} ×{plain(weight)}" for name, weight in load["weights"].items()))
     return ""
-
-
-def _rate(value: float) -> str:
-    return f"{float(value):,.0f}"
 
 
 def _run_details(run: Run) -> str:
@@ -102,7 +110,7 @@ def _run_details(run: Run) -> str:
     push = meta.get("propagation") or {}
     if push.get("subscribers"):
         lines.append(f"{push['subscribers']:,} route-change subscribers, "
-                     f"flap period {_plain(push.get('flap_period_s'))} s")
+                     f"flap period {plain(push.get('flap_period_s'))} s")
     lines.append(f"directory: {run.uri}")
     return "".join(f"<p class=details>{escape(line)}</p>" for line in lines)
 
@@ -114,7 +122,7 @@ def _readable(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(_readable(item) for item in value)
     if isinstance(value, float):
-        return _plain(value)
+        return plain(value)
     return str(value)
 
 
@@ -146,14 +154,14 @@ def _server_section(tables: ReportTables, runs: Sequence[Run]) -> str:
             parts.append(f"<p class=note>{escape(run.run_id)}: no server metrics for this run: {escape(problem)}</p>")
     if tables.server_latency.empty:
         return "".join(parts)
-    parts.append("<h3>By run and request</h3>" + _table(tables.client_vs_server, _LATENCY_COLUMNS))
+    parts.append("<h3>By run and request</h3>" + table(tables.client_vs_server, LATENCY_COLUMNS))
     if _merges_runs(tables, runs):
         parts.append("<h3>By thread configuration (runs merged)</h3>"
-                     + _table(tables.client_vs_server_configurations, _LATENCY_COLUMNS))
-    parts.append("<h3>Server latency by run and request code</h3>" + _table(tables.server_latency, _LATENCY_COLUMNS))
+                     + table(tables.client_vs_server_configurations, LATENCY_COLUMNS))
+    parts.append("<h3>Server latency by run and request code</h3>" + table(tables.server_latency, LATENCY_COLUMNS))
     if _merges_runs(tables, runs):
         parts.append("<h3>Server latency by thread configuration (runs merged)</h3>"
-                     + _table(tables.server_configurations, _LATENCY_COLUMNS))
+                     + table(tables.server_configurations, LATENCY_COLUMNS))
     return "".join(parts)
 
 
@@ -180,10 +188,10 @@ def _propagation_section(tables: ReportTables, runs: Sequence[Run]) -> str:
             parts.append(f"<p class=note>{escape(run.run_id)}: no subscribers in this run</p>")
         elif run.push.get("note"):
             parts.append(f"<p class=note>{escape(run.run_id)}: {escape(run.push['note'])}</p>")
-    parts.append("<h3>By run</h3>" + _table(tables.propagation, _LATENCY_COLUMNS))
+    parts.append("<h3>By run</h3>" + table(tables.propagation, LATENCY_COLUMNS))
     if _merges_runs(tables, runs):
         parts.append("<h3>By thread configuration (runs merged)</h3>"
-                     + _table(tables.propagation_configurations, _LATENCY_COLUMNS))
+                     + table(tables.propagation_configurations, LATENCY_COLUMNS))
     return "".join(parts)
 
 
@@ -193,132 +201,43 @@ def _server_problem(tables: ReportTables, run: Run) -> str | None:
     return problem if isinstance(problem, str) else None
 
 
-_CSS = """body{font-family:sans-serif;margin:24px;color:#222;max-width:1500px}
-h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ccc}h3{font-size:15px}
-.scroll{overflow-x:auto;max-width:100%}
-table{border-collapse:collapse;font-size:12px;margin:8px 0}th,td{border:1px solid #ccc;padding:3px 6px}
-th{background:#f2f2f2}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.note{font-size:13px;color:#444}.details{font-size:12px;color:#555;margin:2px 0;overflow-wrap:anywhere}
-.warn{font-size:13px;color:#8a1c00;background:#fff1e6;padding:4px 8px}
-.verdict{font-size:14px;padding:4px 8px;background:#eef6ee}
-.charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #eee}"""
-#: Columns holding microseconds, shown in milliseconds.
-_LATENCY_COLUMNS = {c: 1000.0 for c in ("p0", "p50", "p90", "p99", "p99_9", "max", "send_delay_p99", "mean",
-                                        "client_p50", "client_p99", "server_p50", "server_p99")}
-
-
-def _table(frame: pd.DataFrame, divide: dict[str, float], headers: dict[str, str] | None = None) -> str:
-    """An HTML table, in a horizontally scrolling box so a wide one never widens the page.
-
-    Numbers are rounded to what they mean (see _format_cell); `divide` maps columns to the divisor
-    that makes them milliseconds; `headers` renames columns for display.
-    """
-    headers = headers or {}
-    head = "".join(f"<th>{escape(headers.get(c) or _header(c, divide))}</th>" for c in frame.columns)
-    rows = []
-    for record in frame.itertuples(index=False):
-        cells = []
-        for column, value in zip(frame.columns, record):
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                cells.append(f"<td class=n>{_format_cell(column, value, divide)}</td>")
-            else:
-                cells.append(f"<td>{escape('' if value is None else str(value))}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<div class=scroll><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
-
-
-def _header(column: str, divide: dict[str, float]) -> str:
-    if column in divide:
-        return column.replace("_us", "") + " (ms)"
-    return column
-
-
-def _format_cell(column: str, value: float, divide: dict[str, float]) -> str:
-    """A number rounded to what its column means: rates to whole requests/s, milliseconds to the
-    microsecond, shares as percentages, ratios to two decimals, MiB to one; never raw floats."""
-    if pd.isna(value):
-        return "–"
-    if column in divide:
-        return _ms(value / divide[column])
-    name = column.lower()
-    if name.endswith("_ratio"):
-        return f"{value:,.2f}×"
-    if name in ("error_rate", "share") or name.endswith(("_rate", "_share")):
-        return _percent(value)
-    if "per_s" in name and "per_answer" not in name:
-        return _rate(value)
-    if name.endswith("_ms"):
-        return _ms(value)
-    if name.endswith(("_mib", "_per_answer")):
-        return f"{value:,.1f}"
-    if name.endswith("_percent"):
-        return f"{value:,.0f}"
-    return _plain(value)
-
-
-def _ms(value: float) -> str:
-    """Milliseconds to the microsecond (HDR values are exact to 0.1 %)."""
-    return f"{value:,.3f}"
-
-
-def _percent(share: float) -> str:
-    """A share as a percentage with up to 3 decimals; tiny non-zero shares say so instead of "0.000%"."""
-    if share == 0:
-        return "0%"
-    percent = share * 100.0
-    if percent >= 1:
-        return f"{percent:,.2f}%"
-    return f"{percent:.3f}%" if percent >= 0.001 else "<0.001%"
-
-
-def _plain(value: object) -> str:
-    """Any other number: integers with separators, fractions to 3 significant digits (at most 3 decimals)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    value = float(value)
-    if value.is_integer():
-        return f"{int(value):,}"
-    magnitude = abs(value)
-    decimals = 0 if magnitude >= 100 else 1 if magnitude >= 10 else 2 if magnitude >= 1 else 3
-    return f"{value:,.{decimals}f}"
-
-
-def _run_section(tables: ReportTables, run: Run) -> str:
+def _run_section(tables: ReportTables, run: Run, colors: svgplot.Palette) -> str:
     charts = []
     spectrum = tables.spectrum[tables.spectrum["run_id"] == run.run_id]
     positions = {p: _spectrum_x(p) for p in SPECTRUM_PERCENTILES}
     charts.append(svgplot.line_chart(
-        [svgplot.Series(request, [positions[p] for p in g["percentile"]], list(g["value_us"] / 1000.0))
+        [svgplot.Series(request, [positions[p] for p in g["percentile"]], list(g["value_us"] / 1000.0), colors(request))
          for request, g in spectrum.groupby("request")],
         title="Latency percentile spectrum", x_label="percentile", y_label="latency (ms, log scale)", markers=True,
         y_log=True, x_tick_labels=_SPECTRUM_TICKS))
     intervals = tables.intervals[tables.intervals["run_id"] == run.run_id]
     charts.append(svgplot.line_chart(
-        [svgplot.Series(request, list(g["interval_start"]), list(g["throughput_per_s"]))
+        [svgplot.Series(request, list(g["interval_start"]), list(g["throughput_per_s"]), colors(request))
          for request, g in intervals.groupby("request")],
         title="Throughput over time", x_label="seconds since warm-up", y_label="responses / s",
         y_log=svgplot.spans_decade(list(intervals["throughput_per_s"]))))
     charts.append(svgplot.line_chart(
-        [svgplot.Series(request, list(g["interval_start"]), list(g["p99"] / 1000.0))
+        [svgplot.Series(request, list(g["interval_start"]), list(g["p99"] / 1000.0), colors(request))
          for request, g in intervals.groupby("request")],
         title="p99 latency over time (per 1-s interval)", x_label="seconds since warm-up", y_label="p99 (ms)"))
     resources = tables.resources[tables.resources["run_id"] == run.run_id]
     charts.append(svgplot.line_chart(
-        [svgplot.Series(process, list(g["t"]), list(g["cpu_percent"])) for process, g in resources.groupby("process")],
+        [svgplot.Series(process, list(g["t"]), list(g["cpu_percent"]), colors(process))
+         for process, g in resources.groupby("process")],
         title="CPU over time (100 % = one core)", x_label="seconds since warm-up", y_label="CPU %"))
     charts.append(svgplot.line_chart(
-        [svgplot.Series(process, list(g["t"]), list(g["rss_bytes"] / 2**20))
+        [svgplot.Series(process, list(g["t"]), list(g["rss_bytes"] / 2**20), colors(process))
          for process, g in resources.groupby("process")],
         title="RSS over time", x_label="seconds since warm-up", y_label="RSS (MiB)"))
     meta = run.meta
-    facts = (f"mode {meta.get('mode')}, {_plain(meta.get('duration_s'))} s after {_plain(meta.get('warmup_s'))} s "
+    facts = (f"mode {meta.get('mode')}, {plain(meta.get('duration_s'))} s after {plain(meta.get('warmup_s'))} s "
              f"warm-up, offered {_offered(meta.get('load') or {}) or 'unknown'}, configuration {run.config_label}"
              + (" — cut short (partial)" if meta.get("partial") else ""))
-    delays = tables.summary.loc[tables.summary["run_id"] == run.run_id, "send_delay_p99"].dropna()
+    judgement = tables.judgements[run.run_id]
     warning = ""
-    if len(delays) and delays.max() > SEND_DELAY_WARNING_US:
-        warning = (f"<p class=warn>The generator sent up to {delays.max() / 1000:,.1f} ms late (send delay p99): "
-                   "this run's latencies include that lag (CPU contention on the host, or too few workers).</p>")
+    if judgement.generator_limited and not meta.get("partial"):  # only where the lag matters (bench/lib/verdict.py)
+        warning = (f"<p class=warn>The generator was the limit in this run ({escape('; '.join(judgement.generator_reasons))}"
+                   "): its latencies include the generator's own lag, not the server's alone.</p>")
     problem = _server_problem(tables, run)
     server_note = "" if problem is None else f"<p class=note>no server metrics for this run: {escape(problem)}</p>"
     return (f"<h2>Run {escape(run.run_id)}</h2><p class=note>{escape(facts)}</p>{_run_details(run)}{warning}"
@@ -376,8 +295,9 @@ _SATURATION_NOTE = (
     "<em>partial</em> and not judged. Latencies are each step's worst request kind; CPU % is of one core.")
 
 
-def _saturation_section(tables: ReportTables, runs: Sequence[Run]) -> str:
-    """Each search's steps, the knees side by side and the latency/throughput charts ("" without searches)."""
+def _saturation_section(tables: ReportTables, runs: Sequence[Run], colors: svgplot.Palette) -> str:
+    """Each search's knee and steps, and answered against offered ("" without searches; the knee chart
+    is on the first screen)."""
     if tables.saturation_steps.empty:
         return ""
     searches = saturation_searches(runs)
@@ -386,53 +306,38 @@ def _saturation_section(tables: ReportTables, runs: Sequence[Run]) -> str:
              "<h3>Knees</h3>" + _knee_html(tables.knees)]
     for name in searches:
         steps = tables.saturation_steps[tables.saturation_steps["search"] == name].drop(columns=["search"])
-        parts.append(f"<h3>Search {escape(name)}</h3>" + _table(steps, {}))
-    parts.append(f"<div class=charts>{''.join(_saturation_charts(tables, searches))}</div>")
+        parts.append(f"<h3>Search {escape(name)}</h3>" + table(steps, {}))
+    throughput = []
+    for name, steps in searches.items():
+        judged = sorted((tables.facts[run.run_id] for run in steps if not tables.facts[run.run_id].partial),
+                        key=lambda facts: facts.offered_per_s)
+        throughput.append(svgplot.Series(name, [f.offered_per_s for f in judged], [f.answered_per_s for f in judged],
+                                         colors(name)))
+    offered = [x for s in throughput for x in s.xs]
+    parts.append("<div class=charts>" + svgplot.line_chart(
+        throughput, title="Answered against offered load", markers=True, x_label="offered / s",
+        y_label="answered / s", x_log=svgplot.spans_decade(offered),
+        y_log=svgplot.spans_decade([y for s in throughput for y in s.ys])) + "</div>")
     return "".join(parts)
 
 
 def _knee_html(knees: pd.DataFrame) -> str:
     baseline = str(knees["baseline"].iloc[0])
-    return _table(knees.drop(columns=["baseline"]), {}, {"knee_ratio": f"knee ÷ {baseline}'s"})
+    return table(knees.drop(columns=["baseline"]), {}, {"knee_ratio": f"knee ÷ {baseline}'s"})
 
 
-def _saturation_charts(tables: ReportTables, searches: dict[str, list[Run]]) -> list[str]:
-    """Worst-kind latency at the SLO percentile against answered/s, and answered/s against offered/s."""
-    latency, throughput = [], []
-    for name, steps in searches.items():
-        judged = sorted((tables.facts[run.run_id] for run in steps if not tables.facts[run.run_id].partial),
-                        key=lambda facts: facts.offered_per_s)  # a curve along the load, not the search's path
-        latency.append(svgplot.Series(name, [f.answered_per_s for f in judged],
-                                      [f.worst_latency_ms for f in judged]))
-        throughput.append(svgplot.Series(name, [f.offered_per_s for f in judged], [f.answered_per_s for f in judged]))
-    slo = next(iter(searches.values()))[0].slo
-    answered = [x for s in latency for x in s.xs]
-    offered = [x for s in throughput for x in s.xs]
-    return [
-        svgplot.line_chart(latency, title=f"Worst-kind p{slo.percentile:g} against throughput", markers=True,
-                           x_label="answered / s", y_label=f"p{slo.percentile:g} (ms)", y_log=True,
-                           x_log=svgplot.spans_decade(answered),
-                           references=[svgplot.Reference(slo.latency_ms, f"SLO {slo.latency_ms:g} ms")]),
-        svgplot.line_chart(throughput, title="Answered against offered load", markers=True,
-                           x_label="offered / s", y_label="answered / s",
-                           x_log=svgplot.spans_decade(offered),
-                           y_log=svgplot.spans_decade([y for s in throughput for y in s.ys])),
-    ]
-
-
-def _comparison_section(tables: ReportTables) -> str:
-    """The groups side by side against the baseline group ("" with fewer than two groups)."""
+def _comparison_section(tables: ReportTables, colors: svgplot.Palette) -> str:
+    """The groups side by side against the baseline group ("" with fewer than two groups, and for searches,
+    whose knees and their ratios are the Saturation section's knee table)."""
     groups = tables.groups
-    if tables.comparison.empty or groups is None:
+    if tables.comparison.empty or groups is None or groups.kind == "search":
         return ""
     baseline = escape(groups.baseline)
-    if groups.kind == "search":
-        return ("<h2>Comparison</h2><p class=note>The groups are the saturation searches; each knee ÷ "
-                f"<b>{baseline}</b>'s (choose another with --baseline).</p>" + _knee_html(tables.comparison))
     note = (f"<p class=note>The groups are the report's {escape(groups.kind)}s; each request kind's throughput and "
             "percentiles (merged histograms of the group's runs, never averaged) and their ratio to "
             f"<b>{baseline}</b>'s (choose another with --baseline); a latency ratio below 1 is faster.</p>")
-    return "<h2>Comparison</h2>" + note + _table(tables.comparison, _LATENCY_COLUMNS) + _comparison_chart(tables)
+    return ("<h2>Comparison</h2>" + note + table(tables.comparison, LATENCY_COLUMNS)
+            + _comparison_chart(tables, colors))
 
 
 def _legend_name(label: str) -> str:
@@ -443,7 +348,7 @@ def _legend_name(label: str) -> str:
                   + "".join(c for c in m.group(1)[1:] if c.isupper()).lower() + "=", label)
 
 
-def _comparison_chart(tables: ReportTables) -> str:
+def _comparison_chart(tables: ReportTables, colors: svgplot.Palette) -> str:
     """The busiest request kind's latency spectrum, one series per group."""
     groups = tables.groups
     busiest = tables.comparison.groupby("request")["answered"].sum().idxmax()
@@ -451,7 +356,7 @@ def _comparison_chart(tables: ReportTables) -> str:
                      else (tables.spectrum, "run_id"))
     chosen = spectrum[(spectrum["request"] == busiest) & spectrum[key].isin(groups.names)]
     series = [svgplot.Series(_legend_name(name), [_spectrum_x(p) for p in g["percentile"]],
-                             list(g["value_us"] / 1000.0))
+                             list(g["value_us"] / 1000.0), colors(name))
               for name, g in sorted(chosen.groupby(key), key=lambda item: groups.names.index(item[0]))]
     chart = svgplot.line_chart(series, title=f"Latency spectrum of {busiest}", x_label="percentile",
                                y_label="latency (ms)", markers=True, y_log=True, x_tick_labels=_SPECTRUM_TICKS)

@@ -20,8 +20,8 @@ from bench.report.contents import ReportTables, report_groups
 from bench.report.inputs import Run, natural_key, read_server_windows
 from bench.report.judging import judge_runs
 from bench.report.percentiles import SPECTRUM_PERCENTILES, SUMMARY_PERCENTILES, merged_percentiles, percentile_column
-from bench.storm import server_metrics
-from bench.storm.rundir import response_name
+from bench.report import server_metrics
+from bench.lib.output import response_name
 
 
 #: Columns of the server-side latency tables after their keys and `request`: microseconds, as the client's.

@@ -4,7 +4,9 @@ A worker records each answered request into the histogram of the 1-s interval ho
 intended send time (a subscriber process each route change it sees into that of the change)
 and, once a second, ships everything recorded since the last shipment as a `Delta` (encoded
 HDR histograms: compact and lossless). The coordinator adds deltas into its `RunRecorder`;
-late answers simply arrive in a later delta for the same interval.
+late answers simply arrive in a later delta for the same interval. A worker's generator loop
+(namesrv.fastpath.RequestGenerator) records as event keys, which the coordinator sums into the
+same histograms (`RunRecorder.add_keys`); subscriber processes record with `IntervalRecorder`.
 """
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from dataclasses import dataclass, field
 
 from hdrh.histogram import HdrHistogram
 
-from bench.storm.hdr import new_histogram, record_us
-from bench.storm.rundir import NO_RESPONSE, RunRecorder
+from bench.lib.hdr import new_histogram, record_us
+from bench.lib.output import NO_RESPONSE, RunRecorder
 
 
 @dataclass(slots=True)
@@ -25,8 +27,12 @@ class Delta:
     histograms: list[tuple[str, int, int, bytes]] = field(default_factory=list)  # metric, interval, code, encoded
     responses: list[tuple[int, int, int, int]] = field(default_factory=list)  # interval, request, response, count
     sent: int = 0  # requests sent (measured or not) since the last delta, for the progress bar
+    #: A generator loop's records (RequestGenerator.take: histogram keys, response keys), summed by the
+    #: coordinator so that the worker's loop never stops to do it.
+    keys: tuple[bytes, bytes] = (b"", b"")
 
     def apply_to(self, run: RunRecorder) -> None:
+        run.add_keys(*self.keys)
         for metric, interval, code, encoded in self.histograms:
             run.add_histogram(metric, interval, code, HdrHistogram.decode(encoded))
         for interval, request_code, response_code, count in self.responses:

@@ -2,7 +2,6 @@
 the generator itself ran out of CPU): CPU %, RSS, threads, context switches."""
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -10,20 +9,8 @@ from pathlib import Path
 
 import psutil
 
-from bench.storm.rundir import ResourceSample
+from bench.lib.output import ResourceSample
 
-log = logging.getLogger(__name__)
-
-
-def find_listening_pid(port: int) -> int | None:
-    """The pid listening on TCP `port` on this host, if it is visible to us."""
-    try:
-        for connection in psutil.net_connections(kind="tcp"):
-            if connection.status == psutil.CONN_LISTEN and connection.laddr and connection.laddr.port == port:
-                return connection.pid
-    except psutil.AccessDenied:
-        log.warning("not allowed to list sockets; pass the server's pid to sample its resources")
-    return None
 
 
 def context_switches(process: psutil.Process) -> tuple[int, int]:

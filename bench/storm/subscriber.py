@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import random
 import time
 from collections import Counter, deque
@@ -30,13 +32,12 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 
-from bench.storm.connection import FramedConnection
-from bench.storm.fleet import ROUTE_CHANGED, FleetShape, subscribe_template
+from bench.lib.fleet import ROUTE_CHANGED, FleetShape, subscribe_template
+from bench.lib.output import response_name
 from bench.storm.flaps import CLOSE, REGISTER_AGAIN, FlapSchedule
 from bench.storm.recorder import IntervalRecorder
-from bench.storm.rundir import response_name
-from bench.storm.worker import NOT_STARTED, SECOND, run_reporting_failures, ship_every_second, wait_for_start
-from namesrv.protocol import RemotingCommand, ResponseCode
+from bench.storm.worker import NOT_STARTED, SECOND, report_failures, wait_for_start
+from namesrv.protocol import FrameDecoder, ProtocolError, RemotingCommand, ResponseCode
 
 PROPAGATION = "propagation"
 #: Subscriptions opened at once while subscribing (a burst of connects the server's backlog absorbs).
@@ -46,6 +47,7 @@ _SUBSCRIBE_TIMEOUT_S = 30.0
 #: The inbox parses for at most this long per event-loop turn, so chunks arriving meanwhile are stamped soon.
 _PARSE_SLICE_NS = 1_000_000
 _NOTHING: frozenset[int] = frozenset()
+log = logging.getLogger(__name__)
 
 
 def choose_topics(fleet: FleetShape, subscribers: int, per_subscriber: int, seed: int) -> list[tuple[str, ...]]:
@@ -76,6 +78,8 @@ class SubscriberPlan:
     warmup_s: float
     #: Longest wait for the coordinator's end of the run, seconds.
     stop_timeout_s: float
+    #: The CPUs the process runs on (None: wherever the coordinator runs).
+    cpus: tuple[int, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -189,6 +193,39 @@ class Inbox:
             asyncio.get_running_loop().call_soon(self._parse)
 
 
+class FramedConnection(asyncio.Protocol):
+    """An asyncio protocol that hands each received command to `received(command, arrived_ns)`; a bad
+    frame aborts the connection. Chunks are decoded when `feed` is called (the inbox stamps them first)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._decoder = FrameDecoder()
+
+    @classmethod
+    async def open(cls, host: str, port: int, *args: object, timeout: float = 5.0) -> FramedConnection:
+        """Connect; `args` go to the constructor."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(timeout):
+            _, connection = await loop.create_connection(lambda: cls(*args), host, port)
+        return connection
+
+    def received(self, command: RemotingCommand, arrived_ns: int) -> None:
+        raise NotImplementedError
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def feed(self, data: bytes, arrived_ns: int) -> None:
+        """Decode a chunk that arrived at `arrived_ns`."""
+        try:
+            for frame in self._decoder.feed(data):
+                self.received(RemotingCommand.decode(frame), arrived_ns)
+        except ProtocolError as exc:
+            log.error("bad frame from the server, closing the connection: %s", exc)
+            if self.transport is not None:
+                self.transport.abort()
+
+
 class SubscriberConnection(FramedConnection):
     """One subscriber: its subscription's answer in `answer`, its pushes to the observer (via `inbox`)."""
 
@@ -228,11 +265,14 @@ class SubscriberProcess:
         self.connections: list[SubscriberConnection] = []
 
     async def run(self, go: Event, start_value, stop: Event) -> None:
+        if self.plan.cpus:
+            os.sched_setaffinity(0, self.plan.cpus)
         answers = await self._subscribe_all()
         self.out.put(("ready", self.plan.name, answers))
-        start_ns = await wait_for_start(go, start_value)
+        loop = asyncio.get_running_loop()
+        start_ns = await loop.run_in_executor(None, wait_for_start, go, start_value)
         self.recorder.measure_start_ns = start_ns + int(self.plan.warmup_s * SECOND)
-        ticker = asyncio.create_task(ship_every_second(self.recorder, self.out))
+        ticker = asyncio.create_task(self._ship_every_second())
         try:
             if not await asyncio.get_running_loop().run_in_executor(None, stop.wait, self.plan.stop_timeout_s):
                 raise TimeoutError("the coordinator never ended the run")
@@ -243,6 +283,15 @@ class SubscriberProcess:
         for connection in self.connections:
             connection.transport.close()
         self.out.put(("subscribers-done", self.plan.name, asdict(self.observer.counts)))
+
+    async def _ship_every_second(self) -> None:
+        """Ship what the recorder holds just after each interval boundary, until cancelled."""
+        measure_start = self.recorder.measure_start_ns
+        while True:
+            now = time.monotonic_ns()
+            next_boundary = measure_start + ((now - measure_start) // SECOND + 1) * SECOND
+            await asyncio.sleep((next_boundary - now) / SECOND + 0.02)
+            self.out.put(("delta", self.recorder.ship()))
 
     async def _subscribe_all(self) -> dict[str, int]:
         """Subscribe in batches; the answers by response code."""
@@ -269,4 +318,5 @@ class SubscriberProcess:
 def subscribers_main(plan: SubscriberPlan, out: Queue, go: Event, start_value, stop: Event,
                      changed_at: Sequence[int] | None) -> None:
     """Process entry point (`changed_at`: the flaps' shared change times, None without flaps)."""
-    run_reporting_failures(plan.name, out, lambda: SubscriberProcess(plan, out, changed_at).run(go, start_value, stop))
+    report_failures(plan.name, out,
+                    lambda: asyncio.run(SubscriberProcess(plan, out, changed_at).run(go, start_value, stop)))

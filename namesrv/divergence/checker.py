@@ -5,7 +5,7 @@ peers (namesrv.divergence.fetch: RocketMQ's standard requests, at most
 `peerDivergenceRoutesPerSecond` route queries per NameServer per second), run as a process of its
 own, started and waited for by a thread of its own: neither the reactor nor the interpreter lock
 of the server pays for decoding the peers' routes (measured: a thread in the server took 13% of
-its route queries, a child process none: bench.status_page_cost); this server answers its share
+its route queries, a child process none: `python -m bench status-page-cost`); this server answers its share
 like any client's. `peerDivergenceIntervalSeconds` after one pass ends the next starts;
 `peerDivergenceEnable=false` (updatable) pauses it and ends a pass under way. The last pass's
 report is kept for the status page, and `/metrics` reports it (`divergence_families`). With

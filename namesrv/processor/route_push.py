@@ -35,12 +35,14 @@ import json
 import sys
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from namesrv.channel import Channel
 from namesrv.protocol.codes import RequestCode
 from namesrv.protocol.command import RemotingCommand
+from namesrv.request_stats import LATENCY_BOUNDS
 
 #: The encoded body of one ROUTE_CHANGED command holds changes up to about this many bytes.
 PUSH_BODY_BYTES = 1 << 20
@@ -99,6 +101,14 @@ class RouteSubscriptions:
         #: Pushes sent and subscribers dropped to polling since start.
         self.pushed = 0
         self.dropped = 0
+        #: The publisher's rounds that pushed something, by duration (request_stats.LATENCY_BOUNDS, +Inf,
+        #: then the seconds summed): from taking the route table's changes to the last push posted.
+        self.round_buckets = [0.0] * (len(LATENCY_BOUNDS) + 2)
+
+    def record_round(self, seconds: float) -> None:
+        """A round of pushes posted `seconds` after its changes were taken (the publisher thread only)."""
+        self.round_buckets[bisect_left(LATENCY_BOUNDS, seconds)] += 1
+        self.round_buckets[-1] += seconds
 
     def __len__(self) -> int:
         return len(self._subscriptions)

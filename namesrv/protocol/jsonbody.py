@@ -29,7 +29,7 @@ dumps = orjson.dumps
 #: (16 MiB: 377 MiB and a second of CPU); a real body has one per 40-200 bytes. What remains,
 #: scalars, builds at most about 12 bytes per byte (`["ab","ab",...]`). Bodies up to 64 KiB (the
 #: most the reactor decodes inline) are not counted: they build at most about 1.4 MB, and the count
-#: cost a changed registration 9 % more instructions (`bench.request_instructions`).
+#: cost a changed registration 9 % more instructions (`python -m bench request-instructions`).
 PARSE_COST_FREE_BYTES = 64 * 1024
 CONTAINER_SPACING = 16
 

@@ -61,7 +61,7 @@ CLOSED_REMEMBERED = 65536
 #: Connection.tls of a TCP connection whose first bytes have not arrived (TLS or plain: they tell).
 UNDECIDED = object()
 #: What a TLS handshake in progress holds beyond a plain connection (OpenSSL's connection state and
-#: buffers, measured by `python -m bench.attacks --only tls-states`), besides the bytes it has not
+#: buffers, measured by `python -m bench attacks --only tls-states`), besides the bytes it has not
 #: taken yet: counted in the in-flight budget like an incomplete frame until the handshake is done.
 TLS_HANDSHAKE_BYTES = 48 * 1024
 

@@ -48,7 +48,7 @@ class RouteBodyCache:
     def get_many(self, keys: Iterable[object], stamp: Hashable, key_type: type) -> list[bytes | None]:
         """The body stored with `stamp` for each (topic, variant) of `keys`, else None; a key not of
         exactly `key_type` (a tuple type) is answered None. A whole received chunk's route queries
-        in one call: per query, one loop turn instead of a call (bench.request_instructions counts it
+        in one call: per query, one loop turn instead of a call (`python -m bench request-instructions` counts it
         on the reactor's chunk path)."""
         entries = self._entries
         referenced = self._referenced

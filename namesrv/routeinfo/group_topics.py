@@ -4,7 +4,7 @@ A broker group leaving, a perm wipe, or a deleting registration touches the grou
 Found by scanning the whole topic table, each such operation costs time in proportion to every
 topic of every group, on the thread holding the write lock, and a fleet of brokers closing their
 connections at once holds the server that many times over (RocketMQ 5.x scans the same way, only
-faster; bench.routeinfo_scale measures both). Here each group keeps a list of its topics: 8 bytes an entry, where a set would cost
+faster; `python -m bench scale` measures both). Here each group keeps a list of its topics: 8 bytes an entry, where a set would cost
 50-100 bytes and double the route table's memory. A removed entry is not taken out of the list
 (that would be a linear search): reads filter against the table, and once a group's removals
 since its list was last compacted pass half the list, plus `SLACK`, the next addition compacts

@@ -1,6 +1,10 @@
-"""A storm's run directory: what one run measured, in files any tool can read.
+"""The run directory every verb writes and `python -m bench report` reads: one format, any tool can read it.
 
-    <run>/meta.json            fleet shape, load (mode, rates), server address/config/version, host, times
+    <run>/meta.json            always: the verb ("tool"), when, the machine (CPU model, Python and its build
+                               flags), what the run asked for; a verb's figures as rows ("results") and
+                               the lines it printed ("lines"); a storm's fleet shape, load (mode, rates),
+                               server address/config/version, host, times and summary
+A storm (and each step of a knee or sweep) also writes what it measured, per second:
     <run>/histograms.parquet   one row per non-empty HDR bucket per (metric, request code, 1-s interval)
     <run>/responses.parquet    responses per (interval, request code, response code); -1 = no response
     <run>/resources.parquet    per-second psutil samples of the server and generator processes
@@ -17,18 +21,29 @@ lowest and highest equivalent values, so merged percentiles match HdrHistogram's
 from __future__ import annotations
 
 import json
+import os
+import platform
+import sys
+import sysconfig
 from collections import defaultdict
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 from hdrh.histogram import HdrHistogram
 
-from bench.storm.hdr import HdrLogWriter, bucket_rows, new_histogram
+import namesrv
+from bench.lib.hdr import HdrLogWriter, add_bucket_counts, bucket_rows, new_histogram
+from namesrv import fastpath
 from namesrv.protocol import RequestCode, ResponseCode
 
 METRICS = ("latency", "send_delay", "propagation")
+#: The generator loop's metrics, by number (namesrv/fastpath/generator.py).
+GENERATOR_METRICS = METRICS[:2]
 NO_RESPONSE = -1
 #: Server settings runs are compared by (RocketMQ's names), in display order; any key ending in
 #: "Processes" (worker processes) joins them.
@@ -113,6 +128,23 @@ class RunRecorder:
             target = self._histograms[key] = new_histogram()
         target.add(histogram)
 
+    def add_keys(self, histograms: bytes, responses: bytes) -> None:
+        """A generator loop's records (namesrv/fastpath/generator.py's keys), those of the window only."""
+        keys, counts = np.unique(np.frombuffer(histograms, dtype=np.int64), return_counts=True)
+        groups = keys >> 16  # (metric, request code, interval) over the bucket index
+        edges = np.r_[0, np.flatnonzero(np.diff(groups)) + 1, len(groups)] if len(groups) else np.zeros(1, int)
+        for first, end in zip(edges[:-1].tolist(), edges[1:].tolist()):
+            group = int(groups[first])
+            key = (GENERATOR_METRICS[group >> 36], group & 0xFFFFF, (group >> 20) & 0xFFFF)
+            target = self._histograms.get(key)
+            if target is None:
+                target = self._histograms[key] = new_histogram()
+            add_bucket_counts(target, keys[first:end] & 0xFFFF, counts[first:end])
+        keys, counts = np.unique(np.frombuffer(responses, dtype=np.int64), return_counts=True)
+        for key, count in zip(keys.tolist(), counts.tolist()):
+            if key >> 32:
+                self._responses[((key >> 32) - 1, (key >> 16) & 0xFFFF, (key & 0xFFFF) - 1)] += count
+
     def add_responses(self, interval: int, request_code: int, response_code: int, count: int) -> None:
         self._responses[(interval, request_code, response_code)] += count
 
@@ -194,3 +226,64 @@ class RunRecorder:
         columns = {name: [sample[name] for sample in samples] for name in RESOURCE_SCHEMA.names if name != "run_id"}
         columns["run_id"] = [self.run_id] * len(samples)
         pq.write_table(pa.Table.from_pydict(columns, schema=RESOURCE_SCHEMA), directory / "resources.parquet")
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("" where there is none)."""
+    try:
+        return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name")), "")
+    except OSError:
+        return ""
+
+
+def machine(load_before: tuple[float, float, float] | None = None) -> dict:
+    """What a figure depends on beyond the code: the host, its CPU and load, the Python that ran and
+    how it was built (an --enable-optimizations --with-lto build answers faster), the fast path."""
+    return {"hostname": platform.node(), "platform": platform.platform(), "cpu_model": cpu_model(),
+            "cpu_count": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)),
+            "memory_bytes": psutil.virtual_memory().total,
+            "loadavg_before": list(load_before or os.getloadavg()), "loadavg_after": list(os.getloadavg()),
+            "python": platform.python_version(), "python_implementation": platform.python_implementation(),
+            "python_build": " ".join(platform.python_build()), "python_compiler": platform.python_compiler(),
+            "python_config_args": sysconfig.get_config_var("CONFIG_ARGS") or "",
+            "python_cflags": sysconfig.get_config_var("OPT") or "",
+            "namesrv_package": namesrv.__version__, "fastpath": fastpath.IMPLEMENTATION}
+
+
+def machine_line(host: dict) -> str:
+    """One line a reader can compare between machines: CPU, cores, load, Python and its build flags."""
+    flags = " ".join(flag.strip("'") for flag in host.get("python_config_args", "").split()
+                     if flag.strip("'").startswith(("--enable-optimizations", "--with-lto", "--enable-shared",
+                                                    "--disable-gil", "--with-pydebug")))
+    return (f"machine: {host.get('cpu_model') or 'unknown CPU'}, {host.get('cpus_usable')} of "
+            f"{host.get('cpu_count')} CPUs usable, load {host.get('loadavg_before', [0])[0]:.2f}; Python "
+            f"{host.get('python')} ({host.get('python_compiler')}; {flags or 'no optimization flags'}; "
+            f"{host.get('python_cflags') or 'default CFLAGS'}); fast path {host.get('fastpath')}")
+
+
+class Printed(list):
+    """What a verb prints, line by line (`say(line)`), kept for its run directory's "lines"; by default it
+    starts with the machine's line."""
+
+    def __init__(self, with_machine: bool = True) -> None:
+        super().__init__()
+        if with_machine:
+            self(machine_line(machine()))
+
+    def __call__(self, line: str) -> None:
+        print(line, flush=True)
+        self.append(line)
+
+
+def write_results(directory: Path, verb: str, results: list[dict], lines: list[str], **meta: object) -> Path:
+    """A verb's run directory: meta.json with its figures as rows and what it printed (it must not hold a run)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if (directory / "meta.json").exists():
+        raise FileExistsError(f"{directory} already holds a run")
+    record = {"tool": f"python -m bench {verb}", "verb": verb, "run_id": directory.name,
+              "started_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+              "argv": sys.argv[1:], "host": machine(), "results": results, "lines": lines, **meta}
+    (directory / "meta.json").write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n",
+                                         encoding="utf-8")
+    return directory

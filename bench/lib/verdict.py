@@ -1,8 +1,8 @@
 """The one rule that judges a load step, finds a knee and picks a sweep's best setting.
 
-The saturation search (bench/saturation.py), the sweep's command line (bench/sweep.py) and the
-Spark report (bench/spark_report.py) all call these functions on the same facts of each run, so
-the knee and the "best" a user reads are computed once, the same way, wherever they are printed.
+The knee search (`python -m bench knee`), the sweep (`python -m bench sweep`) and the Spark report
+(`python -m bench report`) all call these functions on the same facts of each run, so the knee and
+the "best" a user reads are computed once, the same way, wherever they are printed.
 The facts are per run: a run's percentiles come from its own HDR histograms (exact, identical in
 the storm process and in Spark's merged buckets), and a point run several times is judged by its
 worst run ("a setting is as good as its worst repeat"), never by averaged percentiles.
@@ -11,12 +11,17 @@ A step *meets* the SLO when every request kind's latency at the SLO percentile (
 intended send time) is within the SLO, errors (error codes and requests never answered) stay within
 the error budget, and the server answered at least `min_answered_share` of the offered load. A
 kind with fewer than `min_samples` answers (a p99 of 33 samples is just the maximum) is not judged
-on latency, and says so; a fixed-load sweep with no kind left to judge names no best. A step is
+on latency, and says so; a step with no kind left to judge is *not judged* and does not meet the
+SLO (it vouches for no latency), and a fixed-load sweep with no kind left to judge names no best. A step is
 *generator-limited* when a generator process was busy `generator_cpu_limit` of a core, or when
 the generator's own send lag (its p99) reaches `generator_lag_share` of the SLO and accounts for
 the excess (latency minus lag within the SLO): a miss then says nothing about the server, and the
 search says so instead of calling it a knee. A miss with a lag far below the latency is the
 server's queueing, whatever the lag.
+
+A rate run more than once (a knee is *met twice*: the search runs the knee and the lowest miss
+again) counts as met only when every run of it met; a generator-limited miss that was run again
+with more generator processes is superseded by that run.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 
 #: Percentiles a storm summary carries, by SLO percentile: the summary row key.
 SLO_PERCENTILE_KEYS = {50.0: "p50_ms", 99.0: "p99_ms", 99.9: "p99_9_ms"}
-#: Two scores closer than this share are a tie on this host (bench.throughput legs vary by 10-20 %).
+#: Two scores closer than this share are a tie on this host (the throughput verb's legs vary by 10-20 %).
 DEFAULT_NOISE_SHARE = 0.10
 #: Resource samples sit on a 1-s grid from the window's start; one at most this late still belongs to it.
 _SAMPLE_SLACK_S = 0.5
@@ -88,6 +93,8 @@ class StepFacts:
     server_rss_bytes: int | None = None
     #: The run was cut short (Ctrl-C): shown, never judged as a step of a search.
     partial: bool = False
+    #: CPU seconds of all the generator's processes over the measured window; None if not sampled.
+    generator_cpu_s: float | None = None
 
     @property
     def requests(self) -> int:
@@ -125,6 +132,14 @@ class StepFacts:
             return None
         return self.server_cpu_s * 1e6 / self.answered
 
+    @property
+    def generator_cpu_us_per_request(self) -> float | None:
+        """The generator's CPU per request it sent and read the answer of: 1e6 / it is what one of
+        its cores could offer at most."""
+        if self.generator_cpu_s is None or not self.requests:
+            return None
+        return self.generator_cpu_s * 1e6 / self.requests
+
 
 @dataclass(frozen=True)
 class Judgement:
@@ -136,6 +151,15 @@ class Judgement:
     generator_reasons: tuple[str, ...]
     #: Kinds not judged on latency: too few answers for the SLO percentile.
     unjudged: tuple[str, ...] = ()
+    #: No kind had enough answers: the step vouches for no latency, so it does not meet the SLO.
+    nothing_judged: bool = False
+
+    @property
+    def outcome(self) -> str:
+        """"met", "missed" or "not judged", and whether some kind was not judged."""
+        if self.nothing_judged:
+            return "not judged (too few answers)"
+        return ("met" if self.met else "missed") + (" (not every kind judged)" if self.unjudged else "")
 
 
 def slo_latency_ms(step: StepFacts, slo: Slo) -> float | None:
@@ -164,7 +188,8 @@ def step_facts(rows: Iterable[Mapping], resources: Iterable[Mapping], *, offered
                      if generator else None)
     server_cpu_s = _cpu_seconds(server) if server else None
     server_rss = max(int(s["rss_bytes"]) for s in server) if server else None
-    return StepFacts(offered_per_s, duration_s, kinds, generator_cpu, server_cpu_s, server_rss, partial)
+    return StepFacts(offered_per_s, duration_s, kinds, generator_cpu, server_cpu_s, server_rss, partial,
+                     _cpu_seconds(generator) if generator else None)
 
 
 def _number(value) -> float | None:
@@ -189,10 +214,14 @@ def judge(step: StepFacts, slo: Slo) -> Judgement:
     reasons, unjudged = [], []
     for kind in step.kinds:
         if kind.answered < slo.min_samples:
-            unjudged.append(f"{kind.request}: {kind.answered} answers, fewer than the {slo.min_samples} a "
-                            f"p{slo.percentile:g} needs")
+            unjudged.append(f"{kind.request}: {kind.answered} answers (p{slo.percentile:g} {_ms(kind.latency_ms)}), "
+                            f"fewer than the {slo.min_samples} a p{slo.percentile:g} needs")
         elif kind.latency_ms is None or kind.latency_ms > slo.latency_ms:
             reasons.append(f"{kind.request} p{slo.percentile:g} {_ms(kind.latency_ms)} > {slo.latency_ms:g} ms")
+    nothing_judged = bool(step.kinds) and len(unjudged) == len(step.kinds)
+    if nothing_judged:
+        reasons.append(f"no request kind had the {slo.min_samples} answers a p{slo.percentile:g} needs: nothing "
+                       "judged (a longer step, or a higher load)")
     if step.requests and step.error_rate > slo.error_budget:
         reasons.append(f"errors {step.error_rate:.2%} > budget {slo.error_budget:.2%}")
     offered = step.offered_per_s * step.duration_s
@@ -208,7 +237,7 @@ def judge(step: StepFacts, slo: Slo) -> Judgement:
         generator.append(f"generator send lag p99 {lag:,.2f} ms >= {slo.generator_lag_share:.0%} of the SLO")
     if step.generator_cpu is not None and step.generator_cpu >= slo.generator_cpu_limit:
         generator.append(f"generator process busy {step.generator_cpu:.0%} of a core")
-    return Judgement(not reasons, tuple(reasons), bool(generator), tuple(generator), tuple(unjudged))
+    return Judgement(not reasons, tuple(reasons), bool(generator), tuple(generator), tuple(unjudged), nothing_judged)
 
 
 def _ms(value: float | None) -> str:
@@ -225,31 +254,73 @@ class Knee:
     #: the knee is a lower bound), "max-rate" (the cap was met), "none" (no step met), "unfinished".
     bound: str
     note: str
+    #: Runs at the knee's rate (all met) and at the lowest missed rate above it (0: none).
+    runs: int = 0
+    miss_runs: int = 0
+    #: The lowest missed rate above the knee and why it missed (the first run that did).
+    miss_per_s: float | None = None
+    miss_reasons: tuple[str, ...] = ()
+
+    @property
+    def met_twice(self) -> bool:
+        return self.runs >= 2
+
+
+@dataclass(frozen=True)
+class RateOutcome:
+    """The runs of one offered rate taken together (see the module's docstring)."""
+
+    rate: float
+    met: bool
+    #: The runs that count (partial ones and superseded generator-limited misses left out).
+    runs: tuple[int, ...]
+    #: The run that decides: the first miss, else the last run.
+    deciding: int
+
+
+def rate_outcomes(steps: Sequence[tuple[StepFacts, Judgement]]) -> list[RateOutcome]:
+    """Each offered rate's outcome, by rate."""
+    by_rate: dict[float, list[int]] = {}
+    for i, (facts, _) in enumerate(steps):
+        if not facts.partial:
+            by_rate.setdefault(round(facts.offered_per_s, 6), []).append(i)
+    outcomes = []
+    for rate, indexes in sorted(by_rate.items()):
+        counted = tuple(i for n, i in enumerate(indexes)
+                        if steps[i][1].met or not steps[i][1].generator_limited or n == len(indexes) - 1)
+        misses = [i for i in counted if not steps[i][1].met]
+        outcomes.append(RateOutcome(steps[counted[-1]][0].offered_per_s, not misses, counted,
+                                    misses[0] if misses else counted[-1]))
+    return outcomes
 
 
 def find_knee(steps: Sequence[tuple[StepFacts, Judgement]], max_rate: float | None = None) -> Knee:
-    """The knee of a search's steps (in any order): the highest step that met the SLO, bounded by
-    the lowest higher step that missed; partial steps are ignored."""
-    judged = [(i, facts, verdict) for i, (facts, verdict) in enumerate(steps) if not facts.partial]
-    met = [(i, facts) for i, facts, verdict in judged if verdict.met]
+    """The knee of a search's steps (in any order): the highest rate whose runs all met the SLO,
+    bounded by the lowest higher rate that missed; partial steps are ignored."""
+    outcomes = rate_outcomes(steps)
+    met = [outcome for outcome in outcomes if outcome.met]
     if not met:
-        limited = any(verdict.generator_limited for _, _, verdict in judged)
-        note = "no step met the SLO" + (" (the generator was the limit)" if limited else "")
+        limited = any(steps[outcome.deciding][1].generator_limited for outcome in outcomes)
+        once = any(steps[i][1].met for outcome in outcomes for i in outcome.runs)
+        note = ("no rate met the SLO in all its runs" if once else "no step met the SLO") + (
+            " (the generator was the limit)" if limited else "")
         return Knee(None, None, "generator" if limited else "none", note)
-    index, best = max(met, key=lambda item: item[1].offered_per_s)
-    above = [(facts, verdict) for _, facts, verdict in judged
-             if not verdict.met and facts.offered_per_s > best.offered_per_s]
+    best = met[-1]
+    above = [outcome for outcome in outcomes if not outcome.met and outcome.rate > best.rate]
     if not above:
-        if max_rate is not None and best.offered_per_s >= max_rate * (1 - 1e-9):
-            return Knee(index, best.offered_per_s, "max-rate", "the highest rate allowed met the SLO")
-        return Knee(index, best.offered_per_s, "unfinished", "no higher step was run")
-    facts, verdict = min(above, key=lambda item: item[0].offered_per_s)
+        if max_rate is not None and best.rate >= max_rate * (1 - 1e-9):
+            return Knee(best.deciding, best.rate, "max-rate", "the highest rate allowed met the SLO", len(best.runs))
+        return Knee(best.deciding, best.rate, "unfinished", "no higher step was run", len(best.runs))
+    miss = above[0]
+    verdict = steps[miss.deciding][1]
+    facts = steps[miss.deciding][0]
+    fields = dict(runs=len(best.runs), miss_runs=len(miss.runs), miss_per_s=miss.rate, miss_reasons=verdict.reasons)
     if verdict.generator_limited:
-        return Knee(index, best.offered_per_s, "generator",
+        return Knee(best.deciding, best.rate, "generator",
                     f"a lower bound: at {facts.offered_per_s:,.0f}/s the generator was the limit "
-                    f"({'; '.join(verdict.generator_reasons)})")
-    return Knee(index, best.offered_per_s, "slo",
-                f"at {facts.offered_per_s:,.0f}/s: {'; '.join(verdict.reasons)}")
+                    f"({'; '.join(verdict.generator_reasons)})", **fields)
+    return Knee(best.deciding, best.rate, "slo", f"at {facts.offered_per_s:,.0f}/s: {'; '.join(verdict.reasons)}",
+                **fields)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The simulated fleet: brokers (masters and slaves) of C clusters and the route-query clients.
+"""The one fleet every verb sends from: brokers (masters and slaves) of C clusters and the route-query
+clients, and their requests, pre-encoded (`FrameTemplate`).
 
 Shape follows reference 8: every broker registers its whole topic table (REGISTER_BROKER, JSON
 body, bodyCrc32 set, as a 5.x broker with forceRegister does) every `register_period_s`
@@ -9,15 +10,17 @@ also heartbeat (BROKER_HEARTBEAT, as in acting-master mode, every `heartbeat_per
 clients each ask for the route of a random topic every `route_poll_period_s`. Topics live per
 cluster: every broker group of a cluster hosts the cluster's T topics, so a route names all the
 cluster's groups, as with topics created cluster-wide. Route-change subscribers
-(bench/storm/subscriber.py) subscribe to topics with `subscribe_template`.
+(bench/storm/subscriber.py) subscribe to topics with `subscribe_template`. The scale fleet of
+`python -m bench scale` (masters only, clusters of K brokers serving 10,000 topics) is a FleetShape
+too: `scale_fleet`.
 """
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from bench.storm.template import FrameTemplate
 from namesrv import fastpath
 from namesrv.protocol import (
     DataVersion,
@@ -37,12 +40,57 @@ HEARTBEAT = int(RequestCode.BROKER_HEARTBEAT)
 ROUTE = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
 SUBSCRIBE = int(RequestCode.SUBSCRIBE_ROUTE_CHANGES)
 ROUTE_CHANGED = int(RequestCode.ROUTE_CHANGED)
+DATA_VERSION = int(RequestCode.QUERY_DATA_VERSION)
 #: Fake broker ports: addresses are strings in the route table, never dialled by the NameServer.
 _BROKER_PORT_BASE = 10000
 _HA_PORT_BASE = 40000
 MAX_BROKERS = 20000
-#: brokers × topics bound: each broker's registration body is held in memory (~200 B per topic).
-MAX_TOPIC_ENTRIES = 5_000_000
+_PREFIX = struct.Struct(">ii")
+_INT32 = struct.Struct(">i")
+_SENTINEL = 2_059_198_193  # any int32 whose JSON form cannot appear elsewhere in the header
+_BINARY_OPAQUE_OFFSET = 5  # code (2) + language (1) + version (2)
+
+
+class FrameTemplate:
+    """A request encoded once; `render(opaque)` -> the whole frame (length prefix included) with that opaque.
+
+    A storm sends the same few thousand requests again and again: re-encoding them per send would
+    make the generator, not the server, the bottleneck. The template is the protocol's own encoding
+    (`RemotingCommand.encode`), split around the opaque; `parts` hands the pieces to the generator
+    loop (namesrv.fastpath.RequestGenerator), which stamps them the same way.
+    """
+
+    __slots__ = ("code", "head", "tail", "body", "serialize_type")
+
+    def __init__(self, command: RemotingCommand) -> None:
+        self.code = command.code
+        self.serialize_type = int(command.serialize_type)
+        self.body = command.body or b""
+        probe = RemotingCommand(command.code, language=command.language, version=command.version,
+                                opaque=_SENTINEL, flag=command.flag, remark=command.remark,
+                                ext_fields=command.ext_fields, serialize_type=command.serialize_type)
+        header = probe.encode_header()
+        if command.serialize_type == SerializeType.JSON:
+            marker = b'"opaque":%d' % _SENTINEL
+            if header.count(marker) != 1:
+                raise ValueError("cannot locate the opaque in the JSON header")
+            at = header.index(marker) + len(b'"opaque":')
+            self.head, self.tail = header[:at], header[at + len(str(_SENTINEL)):]
+        else:
+            at = _BINARY_OPAQUE_OFFSET
+            if header[at:at + 4] != _INT32.pack(_SENTINEL):
+                raise ValueError("cannot locate the opaque in the binary header")
+            self.head, self.tail = header[:at], header[at + 4:]
+
+    def render(self, opaque: int) -> bytes:
+        stamp = _INT32.pack(opaque) if self.serialize_type == SerializeType.ROCKETMQ else b"%d" % opaque
+        header_len = len(self.head) + len(stamp) + len(self.tail)
+        prefix = _PREFIX.pack(4 + header_len + len(self.body), (self.serialize_type << 24) | header_len)
+        return b"".join((prefix, self.head, stamp, self.tail, self.body))
+
+    def parts(self) -> tuple[int, bytes, bytes, bytes, int]:
+        """(code, head, tail, body, serialize type): RequestGenerator.template's arguments."""
+        return self.code, self.head, self.tail, self.body, self.serialize_type
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +126,6 @@ class FleetShape:
             problems.append("slaves_per_master must be >= 0")
         if self.topics_per_broker < 1 or self.queues_per_topic < 1:
             problems.append("topics_per_broker and queues_per_topic must be >= 1")
-        if self.brokers * self.topics_per_broker > MAX_TOPIC_ENTRIES:
-            problems.append(f"brokers × topics_per_broker must be <= {MAX_TOPIC_ENTRIES:,} "
-                            "(bodies are held in memory)")
         if not 0.0 <= self.register_churn <= 1.0:
             problems.append("register_churn must be in [0, 1]")
         if not 1 <= self.clusters <= self.groups:
@@ -137,6 +182,13 @@ class FleetShape:
                 "rates_per_s": {RequestCode(code).name: rate for code, rate in self.rates().items()}}
 
 
+def scale_fleet(brokers: int, topics: int, brokers_per_cluster: int) -> FleetShape:
+    """`brokers` masters in clusters of about `brokers_per_cluster`, each broker serving its cluster's
+    `topics` topics of 8 queues (brokers × topics queue entries; RocketMQ issue #4245's shape)."""
+    return FleetShape(brokers=brokers, slaves_per_master=0, topics_per_broker=topics, queues_per_topic=8,
+                      clusters=max(1, -(-brokers // brokers_per_cluster)))
+
+
 def _request(code: int, ext: dict[str, object], body: bytes | None, serialize_type: int) -> RemotingCommand:
     """A request as a 5.x Java broker or client sends it."""
     return RemotingCommand.request(code, ext, body, serialize_type=serialize_type, version=Version.V5_3_3,
@@ -153,17 +205,29 @@ def register_body(fleet: FleetShape, cluster: str, data_version: DataVersion, re
     return RegisterBrokerBody(wrapper, []).encode()
 
 
-def register_template(fleet: FleetShape, broker: BrokerIdentity, body: bytes) -> FrameTemplate:
+def register_command(fleet: FleetShape, broker: BrokerIdentity, body: bytes) -> RemotingCommand:
+    """REGISTER_BROKER of `broker` carrying `body`, bodyCrc32 set, as a 5.x broker sends it."""
     ext = {"brokerName": broker.name, "brokerAddr": broker.address, "clusterName": broker.cluster,
            "haServerAddr": broker.ha_address, "brokerId": broker.broker_id, "enableActingMaster": False,
            "compressed": False, "bodyCrc32": fastpath.body_crc32(body)}
-    return FrameTemplate(_request(REGISTER, ext, body, fleet.serialize_type))
+    return _request(REGISTER, ext, body, fleet.serialize_type)
+
+
+def register_template(fleet: FleetShape, broker: BrokerIdentity, body: bytes) -> FrameTemplate:
+    return FrameTemplate(register_command(fleet, broker, body))
 
 
 def heartbeat_template(fleet: FleetShape, broker: BrokerIdentity) -> FrameTemplate:
     ext = {"clusterName": broker.cluster, "brokerAddr": broker.address, "brokerName": broker.name,
            "brokerId": broker.broker_id}
     return FrameTemplate(_request(HEARTBEAT, ext, None, fleet.serialize_type))
+
+
+def data_version_template(fleet: FleetShape, broker: BrokerIdentity, data_version: DataVersion) -> FrameTemplate:
+    """QUERY_DATA_VERSION: a 4.x broker asks whether its DataVersion is the NameServer's before re-registering."""
+    ext = {"clusterName": broker.cluster, "brokerAddr": broker.address, "brokerName": broker.name,
+           "brokerId": broker.broker_id}
+    return FrameTemplate(_request(DATA_VERSION, ext, data_version.encode(), fleet.serialize_type))
 
 
 def route_template(fleet: FleetShape, topic: str) -> FrameTemplate:

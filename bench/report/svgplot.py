@@ -3,7 +3,9 @@
 Hand-written so the report is one self-contained HTML file with no JavaScript and no plotting
 library to pin; hovering a point or cell shows its value (SVG <title>). Either axis of a line chart
 can be a decade (log) scale, which callers choose with `spans_decade` when values differ by 10× or
-more, so small series do not lie flat beside large ones.
+more, so small series do not lie flat beside large ones. A series keeps its colour in every chart
+(`Palette`: a target, a request kind or a process is one colour throughout a report), and a point
+can be drawn hollow with a note (a step that was not judged on every request kind).
 """
 from __future__ import annotations
 
@@ -14,6 +16,29 @@ from html import escape
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
            "#bcbd22")
+#: Names that are the same thing in every report keep the same colour: the targets first of all.
+FIXED = {"namesrv": PALETTE[0], "java": PALETTE[1], "ceiling": PALETTE[8], "server": PALETTE[0],
+         "generator": PALETTE[3], "subscribers": PALETTE[2], "GET_ROUTEINFO_BY_TOPIC": PALETTE[0],
+         "REGISTER_BROKER": PALETTE[1], "BROKER_HEARTBEAT": PALETTE[2], "QUERY_DATA_VERSION": PALETTE[4],
+         "ROUTE_CHANGED": PALETTE[6]}
+
+
+class Palette:
+    """One colour per name for a whole report: FIXED ones first, any other the next unused one, for good."""
+
+    def __init__(self) -> None:
+        self._colors = dict(FIXED)
+        self._next = 0
+
+    def __call__(self, name: str) -> str:
+        if name not in self._colors:
+            taken = set(self._colors.values())
+            free = [color for color in PALETTE if color not in taken] or list(PALETTE)
+            self._colors[name] = free[self._next % len(free)]
+            self._next += 1
+        return self._colors[name]
+
+
 _FONT = 'font-family="sans-serif" font-size="11"'
 
 
@@ -22,6 +47,10 @@ class Series:
     name: str
     xs: Sequence[float]
     ys: Sequence[float]
+    #: Its colour (None: the next of PALETTE by position in the chart).
+    color: str | None = None
+    #: Per point: a note shown on hover, and the point drawn hollow (empty: none).
+    notes: Sequence[str] = ()
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
@@ -124,15 +153,17 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
                      f'stroke-dasharray="5,3"><title>{escape(label)}</title></line>'
                      + _text(left + plot_w - 4, sy(y) - 4, label, anchor="end"))
     for index, s in enumerate(series):
-        color = PALETTE[index % len(PALETTE)]
+        color = s.color or PALETTE[index % len(PALETTE)]
         points = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in zip(s.xs, s.ys))
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{points}">'
                      f"<title>{escape(s.name)}</title></polyline>")
         if markers:
-            for x, y in zip(s.xs, s.ys):
-                shown = 10 ** y if y_log else y
-                parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{color}">'
-                             f"<title>{escape(s.name)}: {format_number(shown)}</title></circle>")
+            for x, y, note in zip(s.xs, s.ys, s.notes or [""] * len(s.xs)):
+                shown = format_number(10 ** y if y_log else y) + (f" ({note})" if note else "")
+                fill = f'fill="white" stroke="{color}" stroke-width="1.5" class="unjudged"' if note else \
+                    f'fill="{color}"'
+                parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{3.5 if note else 2.5}" {fill}>'
+                             f"<title>{escape(s.name)}: {escape(shown)}</title></circle>")
         legend_y = top + 6 + index * 15
         parts.append(f'<rect x="{left + plot_w + 12}" y="{legend_y - 8}" width="10" height="10" fill="{color}"/>')
         parts.append(_text(left + plot_w + 26, legend_y + 1, _shorten(s.name, 26)))
@@ -144,8 +175,11 @@ def _on_log_axes(s: Series, x_log: bool, y_log: bool) -> Series:
     points = [(x, y) for x, y in zip(s.xs, s.ys)
               if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
               and (x > 0 or not x_log) and (y > 0 or not y_log)]
+    notes = [note for x, y, note in zip(s.xs, s.ys, s.notes or [""] * len(s.xs))
+             if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
+             and (x > 0 or not x_log) and (y > 0 or not y_log)]
     return Series(s.name, [math.log10(x) if x_log else x for x, _ in points],
-                  [math.log10(y) if y_log else y for _, y in points])
+                  [math.log10(y) if y_log else y for _, y in points], s.color, notes if s.notes else ())
 
 
 def _log_label(label: str, log: bool) -> str:

@@ -1,12 +1,12 @@
 """What a write costs each process of a namesrv with worker processes: the worker that took it,
 its siblings, and the supervisor's sequencer, in CPU microseconds per write.
 
-    .venv/bin/python -m bench.worker_write_cost                      # 2 workers, 3 s per workload
-    .venv/bin/python -m bench.worker_write_cost --workers 3 --seconds 5
+    python -m bench worker-writes                      # 2 workers, 3 s per workload
+    python -m bench worker-writes --workers 3 --seconds 5
 
 A fresh namesrv (namesrv.launcher, serverWorkerProcesses=N) takes writes on one connection, so
 one worker is the origin of all of them: 16 in flight, closed loop, frames rendered in advance
-(bench.storm.fleet's broker of 100 topics). The CPU time (user + system, all threads) of every
+(bench/lib/fleet.py's broker of 100 topics). The CPU time (user + system, all threads) of every
 process over the timed window, divided by the writes answered, gives each one's cost; "sibling
 share" is a sibling's cost over the origin's.
 
@@ -16,23 +16,16 @@ share" is a sibling's cost over the origin's.
 """
 from __future__ import annotations
 
-import argparse
-import socket
-import sys
 import time
-from pathlib import Path
 
 import psutil
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.cli_help import HelpFormatter  # noqa: E402
-from bench.storm.fleet import FleetShape, register_body, register_template  # noqa: E402
-from namesrv.fastpath import split_frames  # noqa: E402
-from namesrv.launcher import NamesrvProcess  # noqa: E402
-from namesrv.protocol import DataVersion, RemotingCommand, RequestCode, ResponseCode  # noqa: E402
-from namesrv.protocol.codes import DEFAULT_MAX_FRAME_LENGTH  # noqa: E402
+from bench.lib import cli
+from bench.lib.client import Client
+from bench.lib.fleet import FleetShape, register_body, register_template
+from bench.lib.output import Printed, write_results
+from namesrv.launcher import NamesrvProcess
+from namesrv.protocol import DataVersion, RemotingCommand, RequestCode, ResponseCode
 
 WORKLOADS = ("register-same", "register-new", "put-kv")
 IN_FLIGHT = 16
@@ -54,8 +47,8 @@ def frames_for(workload: str, fleet: FleetShape, count: int) -> list[bytes]:
     raise ValueError(f"unknown workload {workload!r}")
 
 
-def origin_of(workers: list[psutil.Process], sock: socket.socket) -> psutil.Process:
-    port = sock.getsockname()[1]
+def origin_of(workers: list[psutil.Process], client: Client) -> psutil.Process:
+    port = client.sock.getsockname()[1]
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         for worker in workers:
@@ -70,16 +63,14 @@ def cpu(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def run(address: str, frames: list[bytes], seconds: float, processes: list[psutil.Process],
-        sock: socket.socket) -> tuple[int, float, list[float]]:
+def run(frames: list[bytes], seconds: float, processes: list[psutil.Process],
+        client: Client) -> tuple[int, float, list[float]]:
     """Closed loop for `seconds`, longer if need be (up to 10 times) until every process's CPU time has
     moved: the kernel counts it in clock ticks (10 ms), and a process that took 3 ms in a short window
     on a busy machine reads 0. (writes answered, seconds timed, CPU seconds of each process meanwhile)."""
-    sent = answered = 0
-    pending = b""
-    for _ in range(IN_FLIGHT):
-        sock.sendall(frames[sent % len(frames)])
-        sent += 1
+    answered = 0
+    client.send(b"".join(frames[i % len(frames)] for i in range(IN_FLIGHT)))
+    sent = IN_FLIGHT
     before = [cpu(p) for p in processes]
     started = time.monotonic()
     end, last_end = started + seconds, started + 10 * seconds
@@ -89,63 +80,53 @@ def run(address: str, frames: list[bytes], seconds: float, processes: list[psuti
             if now >= last_end or all(cpu(p) > b for p, b in zip(processes, before)):
                 break
             end = now + 0.05  # look again a little later
-        data = pending + sock.recv(1 << 20)
-        got, consumed = split_frames(data, DEFAULT_MAX_FRAME_LENGTH)
-        pending = data[consumed:]
+        got = client.receive()
         for frame in got:
             if RemotingCommand.decode(frame).code != ResponseCode.SUCCESS:
                 raise RuntimeError(f"a write failed: {RemotingCommand.decode(frame)}")
         answered += len(got)
-        if got:
-            sock.sendall(b"".join(frames[(sent + i) % len(frames)] for i in range(len(got))))
-            sent += len(got)
+        client.send(b"".join(frames[(sent + i) % len(frames)] for i in range(len(got))))
+        sent += len(got)
     after = [cpu(p) for p in processes]
     timed = time.monotonic() - started
     while answered < sent:  # drain the window
-        data = pending + sock.recv(1 << 20)
-        got, consumed = split_frames(data, DEFAULT_MAX_FRAME_LENGTH)
-        pending = data[consumed:]
-        answered += len(got)
+        answered += len(client.receive())
     return answered - IN_FLIGHT, timed, [b - a for a, b in zip(before, after)]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    parser = cli.parser("worker-writes", __doc__)
     parser.add_argument("--workers", type=int, default=2,
                         help="worker processes of the namesrv (serverWorkerProcesses)")
-    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per workload")
+    cli.add_seconds(parser, 3.0, "timed seconds per workload")
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help=f"comma-separated workloads to time, in order (of {', '.join(WORKLOADS)})")
+    cli.add_out(parser)
     args = parser.parse_args(argv)
     fleet = FleetShape(brokers=1, topics_per_broker=100, queues_per_topic=8, clusters=1, slaves_per_master=0)
-    server = NamesrvProcess({"serverWorkerProcesses": str(args.workers), "zmqListenAddress": ""}).start()
-    try:
+    say, results = Printed(), []
+    with NamesrvProcess({"serverWorkerProcesses": str(args.workers), "zmqListenAddress": ""}) as server:
         supervisor = psutil.Process(server.pid)
         workers = supervisor.children()
         while len(workers) < args.workers:  # the supervisor forks them as it boots
             time.sleep(0.05)
             workers = supervisor.children()
-        host, port = server.address.rsplit(":", 1)
-        sock = socket.create_connection((host, int(port)), timeout=10)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        origin = origin_of(workers, sock)
-        siblings = [w for w in workers if w.pid != origin.pid]
-        processes = [origin, *siblings, supervisor]
-        print(f"{args.workers} workers; per write, CPU microseconds of each process ({args.seconds:g} s per workload, "
-              "longer until each process's CPU time moved)")
-        print(f"{'workload':15s} {'writes/s':>9s} {'origin':>8s} {'sibling':>8s} {'sequencer':>9s} {'sibling share':>13s}")
-        for workload in args.workloads.split(","):
-            frames = frames_for(workload, fleet, 512)
-            writes, timed, spent = run(server.address, frames, args.seconds, processes, sock)
-            per = [s / writes * 1e6 for s in spent]
-            sibling = sum(per[1:-1]) / len(siblings)
-            print(f"{workload:15s} {writes / timed:9,.0f} {per[0]:8.1f} {sibling:8.1f} {per[-1]:9.1f} "
-                  f"{sibling / per[0]:13.2f}")
-        sock.close()
-    finally:
-        server.stop()
+        with Client(server.address) as client:
+            origin = origin_of(workers, client)
+            siblings = [w for w in workers if w.pid != origin.pid]
+            processes = [origin, *siblings, supervisor]
+            say(f"{args.workers} workers; per write, CPU microseconds of each process ({args.seconds:g} s per "
+                "workload, longer until each process's CPU time moved)")
+            say(f"{'workload':15s} {'writes/s':>9s} {'origin':>8s} {'sibling':>8s} {'sequencer':>9s} "
+                f"{'sibling share':>13s}")
+            for workload in args.workloads.split(","):
+                writes, timed, spent = run(frames_for(workload, fleet, 512), args.seconds, processes, client)
+                per = [s / writes * 1e6 for s in spent]
+                sibling = sum(per[1:-1]) / len(siblings)
+                say(f"{workload:15s} {writes / timed:9,.0f} {per[0]:8.1f} {sibling:8.1f} {per[-1]:9.1f} "
+                    f"{sibling / per[0]:13.2f}")
+                results.append({"workload": workload, "writes_per_s": writes / timed, "origin_cpu_us": per[0],
+                                "sibling_cpu_us": sibling, "sequencer_cpu_us": per[-1],
+                                "sibling_share": sibling / per[0]})
+    write_results(cli.out_dir(args, "worker-writes"), "worker-writes", results, say)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

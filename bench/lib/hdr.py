@@ -66,3 +66,20 @@ class HdrLogWriter:
         payload = histogram.encode().decode("ascii")
         interval_max = histogram.get_max_value() / MAX_VALUE_UNIT_RATIO
         self._stream.write(f"Tag={tag},{start_offset_s:.3f},{length_s:.3f},{interval_max:.3f},{payload}\n")
+
+
+def generator_layout() -> tuple[int, int, int]:
+    """(unit magnitude, sub-bucket half-count magnitude, highest value): the layout of `new_histogram`,
+    as namesrv.fastpath.RequestGenerator counts its buckets."""
+    histogram = new_histogram()
+    return histogram.unit_magnitude, histogram.sub_bucket_half_count_magnitude, HIGHEST_US
+
+
+def add_bucket_counts(histogram: HdrHistogram, indexes: np.ndarray, counts: np.ndarray) -> None:
+    """Add `counts` at the (distinct) bucket `indexes` of the histogram's layout, as recording that many
+    values of each bucket would: percentiles, max, min and the encoded form alike."""
+    np.ctypeslib.as_array(histogram.counts)[indexes] += counts.astype(np.uint64)
+    histogram.total_count += int(counts.sum())
+    histogram.min_value = min(histogram.min_value, histogram.get_value_from_index(int(indexes.min())))
+    histogram.max_value = max(histogram.max_value, histogram.get_highest_equivalent_value(
+        histogram.get_value_from_index(int(indexes.max()))))

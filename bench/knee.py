@@ -1,60 +1,59 @@
-"""Saturation search: the highest offered load a NameServer sustains within a latency SLO (its knee).
+"""The knee: the highest offered load a NameServer sustains within a latency SLO, searched step by step.
 
-    python bench/saturation.py --launch                              # a fresh namesrv
-    python bench/saturation.py --address 127.0.0.1:9876               # a server already running
-    python bench/saturation.py --launch --java on --out runs/knees    # namesrv and Java 4.9.8, alternating
+    python -m bench knee --launch                               # a fresh namesrv
+    python -m bench knee --namesrv 127.0.0.1:9876               # a server already running
+    python -m bench knee --launch --java on --out runs/knees    # namesrv and Java 4.9.8, alternating
 
 The fleet shape is fixed (brokers, topics, queues, clients; all storm options apply); the offered
 load is scaled by shortening every period alike, so the request mix stays the same. The first step
 offers --start-rate; each step that meets the SLO doubles the rate (--factor) until one misses,
 then the search bisects (geometric mean) between the highest rate met and the lowest missed until
-they are within --resolution. Each step is one open-loop storm (bench/heartbeat_storm.py): warm-up
-excluded, latency from the intended send time, its own run directory. The rule that judges a step
-and finds the knee is bench/storm/verdict.py, which the Spark report applies to the same runs.
+they are within --resolution. Then the knee and the lowest miss are each run once more: a knee is
+*met twice* (a rate counts as met only when all its runs met). Each step is one open-loop storm
+(bench/heartbeat_storm.py): warm-up excluded, latency from the intended send time, its own run
+directory. The rule that judges a step and finds the knee is bench/lib/verdict.py, which the
+Spark report applies to the same runs.
 
+On a host with few cores, --pin auto (the default) gives the servers under test and the generator
+CPUs of their own, the same CPUs for every target (bench/lib/servers.core_plan), so the knee
+measures the server, not the fight for a core. --ceiling adds the echo ceiling as a target: its
+knee is the generator's own (the steps' generator CPU per request says how near one core it is).
 The generator watches itself: a step that misses while its send lag or CPU says the generator was
 the limit is run again with one more generator process (up to --max-workers); when it cannot be
-helped, the knee is reported as a lower bound and says why.
+helped, the knee is reported as a lower bound and says why. Every step's line gives the server's
+CPU per answered request, and the run starts with the machine (CPU model, Python and its build).
 
 With several targets (namesrv and the Java NameServer of ../shared/rocketmq-4.9.8) the searches
 advance in lockstep, one step of each in turn, so drifts of a shared host spread over both; the
 result prints each knee, CPU and RSS per answered request, and the ratio of the knees.
 Ctrl-C ends the step that runs (kept, marked partial, not judged) and the search, and still writes
-what was found. `bench/spark_report.py OUT` then draws the curves.
+what was found. `python -m bench report OUT` then draws the curves.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import math
 import sys
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.heartbeat_storm import INTERRUPTED, StormSettings, build_parser, run_storm, settings_from_args
+from bench.lib import cli
+from bench.lib.fleet import HEARTBEAT, FleetShape
+from bench.lib.output import machine, machine_line
+from bench.lib.servers import Target, open_targets
+from bench.lib.verdict import Judgement, Knee, Slo, StepFacts, find_knee, judge, rate_outcomes, slo_latency_ms, \
+    step_facts
+from namesrv.launcher import NamesrvStartError
 
-from bench.cli_help import HelpFormatter  # noqa: E402
-from bench.heartbeat_storm import (  # noqa: E402
-    INTERRUPTED,
-    StormSettings,
-    build_parser,
-    parse_overrides,
-    run_storm,
-    settings_from_args,
-)
-from bench.storm.fleet import HEARTBEAT, FleetShape  # noqa: E402
-from bench.storm.java_namesrv import DEFAULT_JAVA_OPTS, JavaNamesrvProcess, java_wanted  # noqa: E402
-from bench.storm.verdict import Judgement, Knee, Slo, StepFacts, find_knee, judge, step_facts  # noqa: E402
-from namesrv.launcher import NamesrvProcess, NamesrvStartError  # noqa: E402
-
-log = logging.getLogger("saturation")
+log = logging.getLogger("knee")
 
 MAX_STEPS = 30
+#: Runs after the search: the knee and the lowest miss once more each (or the next knee's, when one fails).
+CONFIRMATIONS = 2
 
 
 @dataclass(frozen=True)
@@ -91,16 +90,33 @@ class Search:
     prime_s: float = 0.0
     #: Why the search ended early (Ctrl-C), None while it runs or when it ended normally.
     stopped: str | None = None
+    #: The rates handed out for their second run, each once.
+    run_again: set[float] = field(default_factory=set)
 
     def next_rate(self) -> float | None:
-        if self.stopped or len(self.steps) >= self.plan.max_steps:
+        """The rate of the next step: the search's (while fewer than max_steps have run), then the knee's and
+        the lowest miss's second runs, which steps run again for the generator never take the place of.
+        Each rate is handed out for a second run once at most, so the confirmations end."""
+        if self.stopped:
             return None
-        judged = [(facts.offered_per_s, verdict.met) for facts, verdict, _ in self.steps if not facts.partial]
-        if not judged:
-            return self.plan.start_rate
-        met = [rate for rate, ok in judged if ok]
+        outcomes = rate_outcomes([(facts, verdict) for facts, verdict, _ in self.steps])
+        rate = self._search_rate(outcomes) if len(self.steps) < self.plan.max_steps else None
+        if rate is not None:
+            return rate
+        knee = self.knee()
+        for again in (knee.offered_per_s, knee.miss_per_s):
+            outcome = next((o for o in outcomes if again is not None and math.isclose(o.rate, again)), None)
+            if outcome is not None and len(outcome.runs) < 2 and outcome.rate not in self.run_again:
+                self.run_again.add(outcome.rate)  # once: a rate the generator limits again stays run once
+                return outcome.rate
+        return None
+
+    def _search_rate(self, outcomes) -> float | None:
+        if not outcomes:
+            return self.plan.start_rate if not self.steps else None
+        met = [outcome.rate for outcome in outcomes if outcome.met]
         low = max(met) if met else None
-        missed = [rate for rate, ok in judged if not ok and (low is None or rate > low)]
+        missed = [outcome.rate for outcome in outcomes if not outcome.met and (low is None or outcome.rate > low)]
         high = min(missed) if missed else None
         if high is None:
             return None if low >= self.plan.max_rate else min(low * self.plan.factor, self.plan.max_rate)
@@ -113,17 +129,6 @@ class Search:
 
     def knee(self) -> Knee:
         return find_knee([(facts, verdict) for facts, verdict, _ in self.steps], self.plan.max_rate)
-
-
-@dataclass(frozen=True)
-class Target:
-    """A server under test: its name in the results, what it is, where it listens."""
-
-    name: str
-    implementation: str
-    address: str
-    pid: int
-    metrics_url: str | None = None
 
 
 def scaled_fleet(fleet: FleetShape, rate: float) -> FleetShape:
@@ -144,6 +149,7 @@ def run_step(search: Search, target: Target, base: StormSettings, out_dir: Path,
         first = number == 1
         settings = replace(
             base, address=target.address, server_pid=target.pid, metrics_url=target.metrics_url, launch=None,
+            echo_ok=target.implementation == "ceiling",
             fleet=scaled_fleet(base.fleet, rate), workers=search.workers, runs_dir=out_dir / target.name,
             run_id=f"{target.name}-step{number:02d}", progress=False,
             warmup_s=max(base.warmup_s, search.prime_s) if first else base.warmup_s,
@@ -156,7 +162,7 @@ def run_step(search: Search, target: Target, base: StormSettings, out_dir: Path,
                            workers=search.workers, slo=search.slo, partial=result.partial)
         verdict = judge(facts, search.slo)
         search.steps.append((facts, verdict, result.run_dir.name))
-        print(format_step(target.name, number, facts, verdict, search.workers), flush=True)
+        print(format_step(target.name, number, facts, verdict, search.workers, search.slo), flush=True)
         if result.partial:
             search.stopped = "interrupted (Ctrl-C)"
             raise KeyboardInterrupt
@@ -177,14 +183,24 @@ def _lag(facts: StepFacts) -> float:
     return facts.send_delay_p99_ms if facts.send_delay_p99_ms is not None else math.inf
 
 
-def format_step(name: str, number: int, facts: StepFacts, verdict: Judgement, workers: int) -> str:
+def format_step(name: str, number: int, facts: StepFacts, verdict: Judgement, workers: int, slo: Slo) -> str:
+    """The console line of a step: what was offered and answered, the worst *judged* latency at the SLO
+    percentile, and the verdict; kinds too few to judge are named with their own figure, so no step
+    reads "met" beside a number above the SLO."""
     lag = facts.send_delay_p99_ms
-    line = (f"[{name} step {number}] offered {facts.offered_per_s:,.0f}/s, answered {facts.answered_per_s:,.0f}/s, "
-            f"worst p99 {_ms(facts.worst_latency_ms)}, errors {facts.error_rate:.2%}, generator lag p99 {_ms(lag)} "
-            f"({workers} process{'es' if workers > 1 else ''}): ")
+    server_cpu = facts.server_cpu_us_per_answer
+    line = (f"[{name} step {number}] offered {facts.offered_per_s:,.0f}/s, answered {facts.answered_per_s:,.0f}/s"
+            + (f" at {server_cpu:.1f} µs of server CPU each" if server_cpu else "") + ", "
+            f"worst judged p{slo.percentile:g} {_ms(slo_latency_ms(facts, slo))}, errors {facts.error_rate:.2%}, generator lag p99 {_ms(lag)} "
+            f"({workers} process{'es' if workers > 1 else ''}"
+            + (f", {facts.generator_cpu_us_per_request:.1f} µs/request" if facts.generator_cpu_us_per_request else "")
+            + "): ")
     if facts.partial:
         return line + "partial (Ctrl-C), not judged"
-    line += "met" if verdict.met else "missed: " + "; ".join(verdict.reasons)
+    line += "met" if verdict.met else ("not judged: " if verdict.nothing_judged else "missed: ") + "; ".join(
+        verdict.reasons)
+    if verdict.unjudged and not verdict.nothing_judged:
+        line += " [unjudged: " + "; ".join(verdict.unjudged) + "]"
     if verdict.generator_limited:
         line += " [generator: " + "; ".join(verdict.generator_reasons) + "]"
     return line
@@ -225,7 +241,8 @@ def describe(search: Search, target: Target) -> dict:
             "duration_s": facts.duration_s, "worst_latency_ms": facts.worst_latency_ms,
             "latency_ms": {kind.request: kind.latency_ms for kind in facts.kinds},
             "error_rate": facts.error_rate, "send_delay_p99_ms": facts.send_delay_p99_ms,
-            "generator_cpu": facts.generator_cpu, "server_cpu_us_per_answer": facts.server_cpu_us_per_answer,
+            "generator_cpu": facts.generator_cpu, "generator_cpu_us_per_request": facts.generator_cpu_us_per_request,
+            "server_cpu_us_per_answer": facts.server_cpu_us_per_answer,
             "server_rss_bytes": facts.server_rss_bytes, "partial": facts.partial, "met": verdict.met,
             "reasons": list(verdict.reasons), "generator_limited": verdict.generator_limited,
             "generator_reasons": list(verdict.generator_reasons), "unjudged": list(verdict.unjudged)})
@@ -234,6 +251,8 @@ def describe(search: Search, target: Target) -> dict:
             "slo": search.slo.describe(), "plan": asdict(search.plan),
             "stopped": search.stopped, "steps": steps,
             "knee": {"offered_per_s": knee.offered_per_s, "bound": knee.bound, "note": knee.note,
+                     "runs": knee.runs, "met_twice": knee.met_twice, "miss_per_s": knee.miss_per_s,
+                     "miss_runs": knee.miss_runs,
                      "run_id": None if knee.index is None else search.steps[knee.index][2],
                      "answered_per_s": None if at_knee is None else at_knee.answered_per_s,
                      "worst_latency_ms": None if at_knee is None else at_knee.worst_latency_ms,
@@ -242,12 +261,14 @@ def describe(search: Search, target: Target) -> dict:
 
 
 def format_knees(results: Sequence[dict], skipped: str | None) -> str:
-    """The end-of-search table: each target's knee and its cost, then the ratio of the knees."""
-    lines = [f"{'target':<10}{'knee /s':>12}{'answered /s':>13}{'worst p99':>11}{'CPU µs/req':>12}"
+    """The end-of-search table: each target's knee, whether it was met twice, its cost, then the ratio."""
+    lines = [f"{'target':<10}{'knee /s':>12}{'runs':>6}{'answered /s':>13}{'worst p99':>11}{'CPU µs/req':>12}"
              f"{'RSS MiB':>9}  bound"]
     for result in results:
         knee = result["knee"]
-        lines.append(f"{result['target']:<10}{_rate(knee['offered_per_s']):>12}{_rate(knee['answered_per_s']):>13}"
+        runs = "–" if knee["offered_per_s"] is None else ("met twice" if knee["met_twice"] else "once")
+        lines.append(f"{result['target']:<10}{_rate(knee['offered_per_s']):>12}{runs:>10}"
+                     f"{_rate(knee['answered_per_s']):>13}"
                      f"{_ms(knee['worst_latency_ms']):>11}{_number(knee['server_cpu_us_per_answer'], 1):>12}"
                      f"{_number(None if knee['server_rss_bytes'] is None else knee['server_rss_bytes'] / 2**20, 1):>9}"
                      f"  {knee['bound']}: {knee['note']}")
@@ -272,30 +293,8 @@ def _number(value: float | None, decimals: int) -> str:
     return "–" if value is None else f"{value:,.{decimals}f}"
 
 
-@contextlib.contextmanager
-def open_targets(args: argparse.Namespace, base: StormSettings) -> Iterator[tuple[list[Target], str | None]]:
-    """The servers to search: a launched namesrv (or --address), then the Java NameServer when asked."""
-    with contextlib.ExitStack() as stack:
-        targets = []
-        if args.launch:
-            server = stack.enter_context(NamesrvProcess(parse_overrides(args.server_set)))
-            targets.append(Target("namesrv", "namesrv", server.address, server.pid,
-                                  None if server.http_url is None else server.http_url + "/metrics"))
-        else:
-            base.validate()
-            targets.append(Target(args.name, "unknown", base.address, base.server_pid or 0, base.metrics_url))
-        start_java, skipped = java_wanted(args.java)
-        if start_java:
-            if HEARTBEAT in base.fleet.rates():
-                raise ValueError("the Java NameServer 4.9.8 never answers BROKER_HEARTBEAT (a 5.x request): "
-                                 "use --heartbeat-period 0 to compare the same requests")
-            java = stack.enter_context(JavaNamesrvProcess(args.java_opts))
-            targets.append(Target("java", "java", java.address, java.pid))
-        yield targets, skipped
-
-
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:
-    """The SLO and the search plan (bench/sweep.py adds them too), with a step's storm defaults."""
+    """The SLO and the search plan (the sweep adds them too), with a step's storm defaults."""
     search = parser.add_argument_group("SLO and search")
     search.add_argument("--slo-ms", type=float, default=Slo.latency_ms,
                         help="latency SLO in ms: every request kind's percentile must stay within it")
@@ -312,12 +311,14 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--resolution", type=float, default=SearchPlan.resolution,
                         help="stop when the lowest missed rate is within this share above the highest met")
     search.add_argument("--max-rate", type=float, default=SearchPlan.max_rate, help="highest rate tried, requests/s")
-    search.add_argument("--max-steps", type=int, default=SearchPlan.max_steps, help="steps per search at most")
+    search.add_argument("--max-steps", type=int, default=SearchPlan.max_steps,
+                        help=f"search steps per target at most (then up to {CONFIRMATIONS} more: the knee and the "
+                        "lowest miss again)")
     search.add_argument("--max-workers", type=int, default=SearchPlan.max_workers,
                         help="generator processes a generator-limited step may grow to")
     search.add_argument("--prime", type=float, default=10.0,
                         help="seconds of unmeasured load before each search's first step (JIT, caches)")
-    parser.set_defaults(duration=5.0, warmup=2.0, drain=2.0, workers=1, heartbeat_period=0.0)
+    parser.set_defaults(seconds=5.0, warmup=2.0, drain=2.0, workers=1, heartbeat_period=0.0, pin="auto")
 
 
 def slo_from_args(args: argparse.Namespace) -> Slo:
@@ -327,59 +328,65 @@ def slo_from_args(args: argparse.Namespace) -> Slo:
 
 def plan_from_args(args: argparse.Namespace, base: StormSettings) -> SearchPlan:
     if base.mode != "open":
-        raise ValueError("a saturation search offers loads: it needs --mode open")
+        raise ValueError("a knee search offers loads: it needs --mode open")
     start = args.start_rate or sum(base.fleet.rates().values())
     return SearchPlan(start_rate=start, factor=args.factor, resolution=args.resolution, min_rate=min(100.0, start),
                       max_rate=args.max_rate, max_steps=args.max_steps,
                       max_workers=max(args.max_workers, base.workers))
 
 
-def build_saturation_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], parents=[build_parser(add_help=False)],
-                                     formatter_class=HelpFormatter)
+def build_knee_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench knee", description=__doc__.split("\n\n")[0],
+                                     parents=[build_parser(add_help=False)], formatter_class=cli.HelpFormatter)
     add_search_arguments(parser)
-    targets = parser.add_argument_group("targets and output")
-    targets.add_argument("--out", type=Path,
-                         help="directory for the searches' run directories and saturation.json "
-                         "(when absent: runs/saturation-<time>)")
+    targets = parser.add_argument_group("targets")
     targets.add_argument("--name", default="server", help="the target's name in the results when not --launch")
-    targets.add_argument("--java", choices=("off", "auto", "on"), default="off",
-                         help="also search the Java NameServer 4.9.8 of ../shared in the same run, alternating with "
-                         "namesrv (auto: only when Java 17 is present, else say why it was skipped)")
-    targets.add_argument("--java-opts", default=DEFAULT_JAVA_OPTS, help="JVM options for the Java NameServer")
+    cli.add_java(targets)
+    targets.add_argument("--ceiling", action="store_true",
+                         help="also search the echo ceiling (a server that only echoes frames, on the servers' CPUs): "
+                         "its knee is what the generator reaches on its own CPUs")
     return parser
 
 
-def write_results(out_dir: Path, slo: Slo, results: Sequence[dict], skipped: str | None) -> None:
-    """Each search's search.json beside its runs, and saturation.json over all of them."""
+def write_results(out_dir: Path, slo: Slo, results: Sequence[dict], skipped: str | None, host: dict,
+                  cores: dict | None) -> None:
+    """Each search's search.json beside its runs, and knee.json over all of them."""
     for result in results:
         (out_dir / result["target"]).mkdir(parents=True, exist_ok=True)
         (out_dir / result["target"] / "search.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    (out_dir / "saturation.json").write_text(json.dumps({"slo": slo.describe(), "searches": list(results),
-                                                         "skipped": skipped}, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "knee.json").write_text(json.dumps({"slo": slo.describe(), "searches": list(results),
+                                                   "skipped": skipped, "host": host, "cores": cores},
+                                                  indent=2) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_saturation_parser().parse_args(argv)
+    args = build_knee_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        base = replace(settings_from_args(args), progress=False)
+        base = replace(settings_from_args(args), progress=False, launch=None)
         slo = slo_from_args(args)
         plan = plan_from_args(args, base)
-        out_dir = args.out or Path("runs") / f"saturation-{time.strftime('%Y%m%d-%H%M%S')}"
-        with open_targets(args, base) as (targets, skipped):
+        out_dir = cli.out_dir(args, "knee")
+        if args.java != "off" and HEARTBEAT in base.fleet.rates():
+            raise ValueError("the Java NameServer 4.9.8 never answers BROKER_HEARTBEAT (a 5.x request): "
+                             "use --heartbeat-period 0 to compare the same requests")
+        if not args.launch:
+            base.validate()
+        host = machine()
+        print(machine_line(host), flush=True)
+        if base.cores is not None:
+            print(base.cores.line(), flush=True)
+        with open_targets(None if args.launch else base.address, cli.parse_overrides(args.server_set), args.java,
+                          args.java_opts, ceiling=args.ceiling, cores=base.cores,
+                          name="namesrv" if args.launch else args.name) as (targets, skipped):
             if skipped:
                 print(skipped, flush=True)
             searches = search_all(targets, base, plan, slo, out_dir, args.prime)
             results = [describe(search, target) for search, target in zip(searches, targets)]
     except (ValueError, ConnectionError, NamesrvStartError, RuntimeError) as exc:
-        print(f"saturation: {exc}", file=sys.stderr)
+        print(f"knee: {exc}", file=sys.stderr)
         return 2
-    write_results(out_dir, slo, results, skipped)
+    write_results(out_dir, slo, results, skipped, host, None if base.cores is None else base.cores.describe())
     print(format_knees(results, skipped))
-    print(f"searches: {out_dir} (report: python bench/spark_report.py {out_dir} --out {out_dir}/report)")
+    print(f"searches: {out_dir} (report: python -m bench report {out_dir} --out {out_dir}/report)")
     return INTERRUPTED if any(r["stopped"] for r in results) else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
