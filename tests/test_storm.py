@@ -345,6 +345,24 @@ def _start_storm_for_ctrl_c(tmp_path: Path) -> subprocess.Popen:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
 
 
+def _kill_storm(storm: subprocess.Popen) -> None:
+    """A storm still running when its test gives up, killed with everything it started: the server it
+    launched runs in a session of its own, which the storm's SIGKILL would leave behind."""
+    if storm.poll() is not None:
+        return
+    try:
+        started = psutil.Process(storm.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        started = []
+    storm.kill()
+    for process in started:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    storm.wait()
+
+
 def _storm_workers(storm: subprocess.Popen) -> list[psutil.Process]:
     return [child for child in psutil.Process(storm.pid).children()
             if "spawn_main" in " ".join(child.cmdline()) and "storm" not in child.name()]
@@ -381,8 +399,7 @@ def test_ctrl_c_ends_the_storm_gracefully_and_keeps_what_was_measured(tmp_path):
         os.killpg(storm.pid, signal.SIGINT)  # the generator's workers too, and not the launched server
         out, err = storm.communicate(timeout=60)
     finally:
-        if storm.poll() is None:
-            storm.kill()
+        _kill_storm(storm)
     assert storm.returncode == 130, err
     assert "Traceback" not in err and "interrupted: ending the run now" in err
     assert "partial run (Ctrl-C):" in out and f"run directory: {tmp_path / 'cut'}" in out
@@ -409,8 +426,7 @@ def test_ctrl_c_while_the_workers_start_ends_the_storm_at_once_without_a_traceba
         out, err = storm.communicate(timeout=60)
         ended_after_s = time.monotonic() - interrupted
     finally:
-        if storm.poll() is None:
-            storm.kill()
+        _kill_storm(storm)
     assert storm.returncode == 130, err
     assert "Traceback" not in err, err
     assert "heartbeat_storm: interrupted during bring-up, before the measured window: nothing was measured" in err
