@@ -127,8 +127,8 @@ class RequestProcessor:
         except Exception as exc:  # noqa: BLE001 - a handler failure must become an answer, never a dropped connection
             log.exception("request code %s from %s failed", request.code, channel)
             result = request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        if spec.response_header and type(result) is RemotingCommand and result.ext_fields is None:
-            result.ext_fields = {}  # Java answers a code with a typed response header with extFields, even on errors
+        if spec.response_header and type(result) is RemotingCommand:
+            _with_response_header(spec, result)
         return result
 
     def _refused(self, request: RemotingCommand, channel: Channel) -> RemotingCommand | None:
