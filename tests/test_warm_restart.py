@@ -18,6 +18,7 @@ from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import (DataVersion, RegisterBrokerBody, RequestCode, ResponseCode, TopicConfig,
                               TopicConfigSerializeWrapper, TopicRouteData)
 from namesrv.routeinfo import Registrant, RouteInfoManager
+from namesrv.routeinfo import persist
 from namesrv.routeinfo.persist import FORMAT, MAGIC, RouteSnapshots, decode, encode, export_routes, restore_routes, snapshot_path
 from test_operator_http import RMQ, free_broker_port, get, java_reference_skip_reason, scrape
 
@@ -41,13 +42,40 @@ def routes_of(routes: RouteInfoManager) -> dict[str, TopicRouteData | None]:
     return {topic: routes.pickup_topic_route(topic) for topic in routes.all_topics().topic_list}
 
 
-def test_the_snapshot_packed_topic_by_topic_is_the_document_packed_at_once(tmp_path) -> None:
+@pytest.mark.parametrize("parts", ["one", "many"])
+def test_the_snapshot_packed_topic_by_topic_is_the_document_packed_at_once(tmp_path, monkeypatch, parts) -> None:
     _, routes = manager(tmp_path)
     fill(routes)
+    if parts == "many":
+        monkeypatch.setattr(persist, "YIELD_EVERY", 3)
+        monkeypatch.setattr(persist, "PART_BYTES", 100)
     exported = export_routes(routes)
-    rows = [[topic, [[group, *entry] for group, entry in entries]] for topic, entries in exported["queues"]]
+    rows = [[topic, [[group, *entry] for group, entry in entries.items()]] for topic, entries in exported["queues"]]
     whole = msgpack.packb({"format": FORMAT, "takenAtMs": NOW, "routes": {**exported, "queues": rows}})
-    assert b"".join(encode(exported, NOW)) == MAGIC + zlib.crc32(whole).to_bytes(4, "big") + whole
+    packed = encode(exported, NOW)
+    assert len(packed) > (5 if parts == "many" else 1)
+    assert b"".join(packed) == MAGIC + zlib.crc32(whole).to_bytes(4, "big") + whole
+
+
+def test_an_export_in_slices_is_one_consistent_copy_even_when_a_route_changes_meanwhile(tmp_path, monkeypatch) -> None:
+    _, routes = manager(tmp_path)
+    fill(routes)
+    whole = export_routes(routes)
+    monkeypatch.setattr(persist, "EXPORT_SLICE_ENTRIES", 5)  # many slices
+    assert export_routes(routes) == whole  # nothing changed: the slices are the copy
+    handovers = []
+
+    def change_between_slices(seconds: float) -> None:
+        handovers.append(seconds)
+        if len(handovers) == 3:  # after two slices: a topic added and one of the copied ones removed
+            wrapper = TopicConfigSerializeWrapper({"Late": TopicConfig("Late", 2, 2)}, DataVersion(9, NOW, 0))
+            routes.register(Registrant("C0", "127.0.0.1:10911", "broker-0", 0, "127.0.0.1:0"), wrapper, [], None)
+
+    monkeypatch.setattr(persist.time, "sleep", change_between_slices)
+    exported = export_routes(routes)
+    assert len(handovers) > 3
+    assert exported == export_routes(routes) != whole  # taken again under one lock: as the table is now
+    assert [topic for topic, _ in exported["queues"]].count("Late") == 1
 
 
 def test_a_snapshot_restores_every_route_and_each_broker_as_just_registered(tmp_path) -> None:

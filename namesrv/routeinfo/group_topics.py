@@ -4,12 +4,17 @@ A broker group leaving, a perm wipe, or a deleting registration touches the grou
 Found by scanning the whole topic table, each such operation costs time in proportion to every
 topic of every group, on the thread holding the write lock, and a fleet of brokers closing their
 connections at once holds the server that many times over (RocketMQ 5.x scans the same way, only
-faster; `python -m bench scale` measures both). Here each group keeps a list of its topics: 8 bytes an entry, where a set would cost
-50-100 bytes and double the route table's memory. A removed entry is not taken out of the list
+faster; `python -m bench scale` measures both). Here each group keeps a tuple of its topics: 8 bytes an entry, where a set would cost
+50-100 bytes and double the route table's memory. A removed entry is not taken out of the tuple
 (that would be a linear search): reads filter against the table, and once a group's removals
-since its list was last compacted pass half the list, plus `SLACK`, the next addition compacts
-it. A list only holds a stale topic, or one twice, after a removal, so it stays within about
+since its tuple was last compacted pass half the tuple, plus `SLACK`, the next addition compacts
+it. A tuple only holds a stale topic, or one twice, after a removal, so it stays within about
 twice the group's entries.
+
+Tuples, not lists: a tuple of strings is left untracked by the garbage collector once it has seen
+it, where a list is walked by every full collection. At 10 million entries the lists were 10
+million references each full collection visited, many times during a fleet's first registration.
+An addition copies the group's tuple, once per registration that adds topics, not per topic.
 """
 from __future__ import annotations
 
@@ -26,20 +31,15 @@ class GroupTopics:
 
     def __init__(self, topic_queues: Mapping[str, Mapping[str, object]]) -> None:
         self._topic_queues = topic_queues
-        self._lists: dict[str, list[str]] = {}
+        self._lists: dict[str, tuple[str, ...]] = {}
         self._removed: dict[str, int] = {}
 
     def added(self, group: str, topics: list[str]) -> None:
         """`group` got a queue entry for each of `topics` (it had none)."""
-        held = self._lists.get(group)
-        if held is None:
-            self._lists[group] = list(topics)
-            return
-        if self._removed.get(group, 0) > len(held) // 2 + SLACK:
+        held = self._lists.get(group, ())
+        if held and self._removed.get(group, 0) > len(held) // 2 + SLACK:
             held = self._compact(group)
-            if not held:
-                self._lists[group] = held = []
-        held.extend(topics)
+        self._lists[group] = held + tuple(topics)
 
     def removed(self, group: str) -> None:
         """`group`'s queue entry for some topic was removed."""
@@ -49,9 +49,9 @@ class GroupTopics:
         """The topics `group` has a queue entry for, each once, in the order they were added; a copy."""
         return list(self._compact(group) if self._removed.get(group) else self._lists.get(group, ()))
 
-    def _compact(self, group: str) -> list[str]:
+    def _compact(self, group: str) -> tuple[str, ...]:
         topic_queues = self._topic_queues
-        live = list(dict.fromkeys(topic for topic in self._lists.get(group, ())
+        live = tuple(dict.fromkeys(topic for topic in self._lists.get(group, ())
                                   if group in topic_queues.get(topic, ())))
         self._removed.pop(group, None)
         if live:
@@ -69,9 +69,11 @@ class GroupTopics:
         """Index the table afresh (it was replaced wholesale)."""
         self._lists.clear()
         self._removed.clear()
+        lists: dict[str, list[str]] = {}
         for topic, queues in self._topic_queues.items():
             for group in queues:
-                self._lists.setdefault(group, []).append(topic)
+                lists.setdefault(group, []).append(topic)
+        self._lists.update((group, tuple(topics)) for group, topics in lists.items())
 
     def held(self) -> int:
         """Topic references held over all groups (stale ones included): what the index costs."""

@@ -74,6 +74,11 @@ MAX_FILE_BYTES = 512 * 1024 * 1024
 MAX_SAVE_SHARE = 0.1
 #: Queue entries packed between two hand-overs of the interpreter lock (about half a millisecond).
 YIELD_EVERY = 1000
+#: Bytes of a queue entry's row, about (to cut the packed payload into parts of about PART_BYTES).
+ROW_BYTES = 24
+PART_BYTES = 1024 * 1024
+#: Queue entries copied under one read lock by `export_routes` (dict copies: well under a millisecond).
+EXPORT_SLICE_ENTRIES = 20_000
 
 
 class SnapshotError(Exception):
@@ -81,25 +86,58 @@ class SnapshotError(Exception):
 
 
 def export_routes(routes: RouteInfoManager) -> dict[str, Any]:
-    """The topology under one read lock: groups, clusters, queue entries, filter servers, static-topic
-    mappings and each broker's address, HA address, timeout and DataVersion; not connections,
-    liveness or shortcuts. Plain data except "queues": (topic, [(brokerName, entry), ...]) pairs,
-    the route table's immutable entries themselves ((readQueueNums, writeQueueNums, perm,
-    topicSysFlag) tuples), which `encode` turns into rows one topic at a time (10 million rows made
-    at once would hold a gigabyte). Only containers are copied: writers wait less."""
+    """The topology: groups, clusters, queue entries, filter servers, static-topic mappings and each
+    broker's address, HA address, timeout and DataVersion; not connections, liveness or shortcuts.
+    Plain data except "queues": (topic, {brokerName: entry}) pairs, the route table's immutable
+    entries themselves ((readQueueNums, writeQueueNums, perm, topicSysFlag) tuples), which `encode`
+    turns into rows one topic at a time (10 million rows made at once would hold a gigabyte). Only
+    containers are copied.
+
+    The queue entries are copied `EXPORT_SLICE_ENTRIES` at a time, each slice under its own read
+    lock, the interpreter lock handed over between slices: one read lock over 10 million entries
+    held off every registration for a few hundred milliseconds, and a route query that missed the
+    cache queued behind the waiting registration (the read/write lock prefers writers). The
+    slices make one consistent copy when no route changed meanwhile (`route_changes`, which every
+    change of a queue entry moves, read under the first lock); else the copy is taken again under
+    one read lock."""
     with routes.reading() as tables:
-        exported = {
-            "clusters": {cluster: sorted(names) for cluster, names in tables.cluster_addr_table.items()},
-            "groups": [[g.cluster, g.broker_name, list(g.broker_addrs.items()), g.enable_acting_master, g.zone_name]
-                       for g in tables.broker_addr_table.values()],
-            "live": [[cluster, addr, live.ha_server_addr, live.heartbeat_timeout_millis,
-                      live.data_version.to_dict()] for (cluster, addr), live in tables.broker_live_table.items()],
-            "filters": [[cluster, addr, list(servers)]
-                        for (cluster, addr), servers in tables.filter_server_table.items()],
-            "mappings": {topic: dict(infos) for topic, infos in tables.topic_queue_mapping_info_table.items()},
-        }
-        exported["queues"] = [(topic, list(by_group.items())) for topic, by_group in tables.topic_queue_table.items()]
+        changes = routes.route_changes
+        exported = _small_tables(tables)
+        topics = list(tables.topic_queue_table)
+    queues: list[tuple[str, dict[str, tuple[int, int, int, int]]]] = []
+    start = 0
+    while start < len(topics):
+        time.sleep(0)
+        with routes.reading() as tables:
+            by_topic = tables.topic_queue_table
+            copied = 0
+            while start < len(topics) and copied < EXPORT_SLICE_ENTRIES:
+                entries = by_topic.get(topics[start])
+                start += 1
+                if entries:
+                    queues.append((topics[start - 1], entries.copy()))
+                    copied += len(entries)
+    if routes.route_changes == changes:
+        exported["queues"] = queues
+        return exported
+    with routes.reading() as tables:
+        exported = _small_tables(tables)
+        exported["queues"] = [(topic, entries.copy()) for topic, entries in tables.topic_queue_table.items()]
     return exported
+
+
+def _small_tables(tables: RouteTables) -> dict[str, Any]:
+    """Every table but the queue entries, copied (the caller holds the read lock)."""
+    return {
+        "clusters": {cluster: sorted(names) for cluster, names in tables.cluster_addr_table.items()},
+        "groups": [[g.cluster, g.broker_name, list(g.broker_addrs.items()), g.enable_acting_master, g.zone_name]
+                   for g in tables.broker_addr_table.values()],
+        "live": [[cluster, addr, live.ha_server_addr, live.heartbeat_timeout_millis,
+                  live.data_version.to_dict()] for (cluster, addr), live in tables.broker_live_table.items()],
+        "filters": [[cluster, addr, list(servers)]
+                    for (cluster, addr), servers in tables.filter_server_table.items()],
+        "mappings": {topic: dict(infos) for topic, infos in tables.topic_queue_mapping_info_table.items()},
+    }
 
 
 def restore_routes(routes: RouteInfoManager, exported: dict[str, Any], now: int) -> dict[str, int]:
@@ -131,16 +169,21 @@ def restore_routes(routes: RouteInfoManager, exported: dict[str, Any], now: int)
 
 
 def encode(routes: dict[str, Any], taken_ms: int) -> list[bytes | memoryview]:
-    """The file's bytes, in two parts, for `export_routes`' tables: the magic and the payload's CRC32,
-    then the payload, msgpack of {"format", "takenAtMs", "routes"} with each queue entry a row
-    [brokerName, readQueueNums, writeQueueNums, perm, topicSysFlag].
+    """The file's bytes, in parts: the magic and the payload's CRC32, then the payload, msgpack of
+    {"format", "takenAtMs", "routes"} with each queue entry a row [brokerName, readQueueNums,
+    writeQueueNums, perm, topicSysFlag], in parts of about `PART_BYTES`.
 
-    Packed one topic at a time into one growing buffer, and every `YIELD_EVERY` queue entries the
-    interpreter lock is handed to the server's other threads (`time.sleep(0)`): one msgpack call
-    over 10 million entries would hold it for seconds, and a saver that only lets go when Python's
-    5-ms switch interval forces it leaves each request several 5-ms waits. The bytes are those of
-    packing the whole document at once."""
+    Packed one topic at a time, and every `YIELD_EVERY` queue entries the interpreter lock is
+    handed to the server's other threads (`time.sleep(0)`): one msgpack call over 10 million
+    entries would hold it for seconds, and a saver that only lets go when Python's 5-ms switch
+    interval forces it leaves each request several 5-ms waits. Parts, not one growing buffer:
+    each time a buffer of hundreds of megabytes doubles, its copy holds the interpreter lock for
+    tens of milliseconds. For the same reason `routes["queues"]` is emptied as it is packed (each
+    topic's copy freed once packed, not 10 million of them at once). The bytes are those of packing
+    the whole document at once."""
     packer = msgpack.Packer(autoreset=False)
+    parts: list[bytes | memoryview] = []
+    crc = 0
     packer.pack_map_header(3)
     for item in ("format", FORMAT, "takenAtMs", taken_ms, "routes"):
         packer.pack(item)
@@ -151,15 +194,24 @@ def encode(routes: dict[str, Any], taken_ms: int) -> list[bytes | memoryview]:
             packer.pack(value)
             continue
         packer.pack_array_header(len(value))
-        since_yield = 0
-        for topic, entries in value:
-            packer.pack([topic, [[group, *entry] for group, entry in entries]])
+        since_yield = since_part = 0
+        value.reverse()
+        while value:
+            topic, entries = value.pop()
+            packer.pack([topic, [[group, *entry] for group, entry in entries.items()]])
             since_yield += len(entries)
             if since_yield >= YIELD_EVERY:
+                since_part += since_yield
                 since_yield = 0
+                if since_part * ROW_BYTES >= PART_BYTES:
+                    since_part = 0
+                    parts.append(packer.bytes())
+                    packer.reset()
+                    crc = zlib.crc32(parts[-1], crc)
                 time.sleep(0)
-    payload = packer.getbuffer()
-    return [MAGIC + _CRC.pack(zlib.crc32(payload)), payload]
+    parts.append(packer.getbuffer())
+    crc = zlib.crc32(parts[-1], crc)
+    return [MAGIC + _CRC.pack(crc), *parts]
 
 
 def decode(blob: bytes) -> tuple[int, dict[str, Any]]:
@@ -297,7 +349,7 @@ def _json(value: Any, where: str, depth: int) -> None:
 def no_collection() -> Iterator[None]:
     """Python's cyclic collector paused: copying 300,000 queue entries makes as many new lists, and
     the full collections they set off over the whole heap cost twice the copy itself (and, during
-    `export_routes`, twice as long a read lock). Nothing made here holds a cycle."""
+    `export_routes`, longer read locks). Nothing made here holds a cycle."""
     enabled = gc.isenabled()
     gc.disable()
     try:

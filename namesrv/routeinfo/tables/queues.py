@@ -12,11 +12,16 @@ so a broker-wide operation walks them, not every topic.
 And so does the garbage collector: a tuple of ints, and a dict holding only such tuples, are left
 untracked by it once it has seen them, so the per-topic dicts cost a full collection nothing (a
 dict of QueueData objects is tracked, and each full collection walked the whole table: a pause that
-grew with the fleet). Readers get QueueData objects, one per distinct entry of a group, made on
+grew with the fleet). A new tuple is tracked until a collection sees it, and every dict it is put
+into meanwhile becomes tracked, until the next full collection: a new group's first registration
+would track the dict of each of its topics, and during a fleet's first registration the full
+collections walked all of them, again and again. So a new entry is made untracked before it is
+stored (`UNTRACKED_ENTRIES_PER_CALL`). Readers get QueueData objects, one per distinct entry of a group, made on
 first demand (`queue_data`, `queues_of`).
 """
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 from collections.abc import Iterable, Mapping
@@ -32,6 +37,11 @@ log = logging.getLogger(__name__)
 
 #: A stored queue entry: (readQueueNums, writeQueueNums, perm, topicSysFlag).
 Entry = tuple[int, int, int, int]
+
+#: New distinct entries per `put_all` made untracked at once (a young collection each). A broker's
+#: topics share a few; past this many (a hostile table of all-distinct entries) the rest wait for
+#: the collector's next pass, so no table can make a call collect more than this.
+UNTRACKED_ENTRIES_PER_CALL = 16
 
 
 class QueueTable:
@@ -112,6 +122,7 @@ class QueueTable:
             pool = {}  # held once an entry is stored
         changed: list[str] = []
         created: list[str] = []
+        untracking = UNTRACKED_ENTRIES_PER_CALL
         for topic, read, write, perm, sys_flag in table:
             queues = by_topic.get(topic)
             current = None if queues is None else queues.get(group)
@@ -123,6 +134,9 @@ class QueueTable:
             queue = pool.get(fields)
             if queue is None:
                 queue = pool[fields] = fields
+                if untracking:
+                    untracking -= 1
+                    gc.collect(0)  # a young collection untracks the new tuple: the dicts it enters stay so
             elif queue is current:
                 continue  # unchanged (most topics of a new data version)
             if current is None:
