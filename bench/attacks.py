@@ -717,6 +717,26 @@ def route_history_churn(server: NamesrvProcess, scale: float) -> str:
             f"{held['forgottenLosses']} forgotten")
 
 
+def kept_replays(server: NamesrvProcess, scale: float) -> str:
+    """Issue 30: data-version queries of ever new made-up brokers, each with a body of the most a
+    replay keeps (REPLAY_BODY_BYTES): every header read is kept with its last answer, within the
+    header memo's bounds."""
+    from namesrv.processor.write_fast_path import REPLAY_BODY_BYTES
+    count = int(40_000 * scale) or 1
+    head = b'{"counter":1,"stateVersion":0,"timestamp":1,"pad":"'
+    body = head + b"x" * (REPLAY_BODY_BYTES - len(head) - 2) + b'"}'
+    answered = 0
+    with connect(timeout=60) as client:
+        for start in range(0, count, 256):
+            requests = [client.request(RequestCode.QUERY_DATA_VERSION,
+                                        {"clusterName": "Replays", "brokerAddr": f"10.{n >> 16}.{n >> 8 & 255}.{n & 255}:1",
+                                         "brokerName": f"replay-{n}", "brokerId": 0}, body)
+                        for n in range(start, min(start + 256, count))]
+            answers = client.invoke_many(server.address, requests)
+            answered += sum(not isinstance(a, RemotingError) and a.code == 0 for a in answers)
+    return f"{count} brokers' data-version queries with {len(body)}-byte bodies; {answered} answered"
+
+
 def explain_flood(server: NamesrvProcess, scale: float) -> str:
     """Issue 33: EXPLAIN_ROUTE for ever new topics from 8 pipelining connections, the history full."""
     _lost_brokers(server, int(30 * scale) or 1, 20_000, "E")
@@ -844,6 +864,7 @@ ATTACKS: dict[str, tuple[Callable[[NamesrvProcess, float], str], dict[str, objec
     "tls-states": (tls_states, {"tlsMode": "permissive"}),
     "route-history-churn": (route_history_churn, {}),
     "explain-flood": (explain_flood, {}),
+    "kept-replays": (kept_replays, {}),
     "status-poll-flood": (status_poll_flood, {}),
     "history-file": (history_file, {}),
 }

@@ -170,3 +170,9 @@ def test_a_hostile_route_history_file_is_refused_at_start_before_it_is_built() -
     outcome = attack("history-file", 1.0, 50)
     assert "routes restored" in outcome.detail and "not a route history" in outcome.detail
     assert number(r"peak RSS (\d+) MiB", outcome.detail) < 200  # a 32 MiB file read once; nothing built from it
+
+
+@pytest.mark.timeout(120)
+def test_kept_replays_cost_at_most_the_header_memo_bounds() -> None:
+    outcome = attack("kept-replays", 0.5, 60)
+    assert "20000 answered" in outcome.detail

@@ -323,3 +323,35 @@ def test_heartbeats_and_data_version_queries_are_answered_inline_as_the_regular_
             assert inline and answer.code == ResponseCode.SUCCESS and answer.opaque == opaque + round_
             if frame.ext_fields["brokerAddr"] == MASTER["brokerAddr"]:
                 assert twins.inline.live(MASTER).last_update_timestamp == twins.inline.now
+
+
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_replayed_heartbeats_and_queries_answer_as_the_regular_path_whatever_changed_between(
+        tmp_path, serialize_type):
+    """A repeated heartbeat or data-version query is answered from its kept change and answer
+    (`WriteHandler.replayable`); when the outcome moved (the broker re-registered with another
+    DataVersion, left, came back) the answer is made again. Bytes and tables are the regular path's."""
+    twins = Twins(tmp_path)
+    query = DataVersion(1, 1).encode()
+    heartbeat = liveness(RequestCode.BROKER_HEARTBEAT, MASTER, serialize_type=serialize_type)
+    asked = liveness(RequestCode.QUERY_DATA_VERSION, MASTER, query, serialize_type=serialize_type)
+    unregister = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, MASTER, serialize_type=serialize_type)
+    steps = [heartbeat, asked, heartbeat, asked, asked,  # replays
+             registration(serialize_type=serialize_type),  # the first: the query's outcome moves
+             asked, asked, heartbeat,
+             registration(data=body(counter=2), serialize_type=serialize_type), asked, asked,
+             unregister.encode()[4:], heartbeat, asked,  # unknown now
+             registration(serialize_type=serialize_type), asked, heartbeat, asked]
+    replays = twins.inline.processor.inline.writes.replays
+    replayed = []
+    for opaque, frame in enumerate(steps, 100):
+        command = RemotingCommand.decode(frame)
+        command.opaque = opaque
+        for server in (twins.inline, twins.twin):
+            server.now += 1_000
+        inline, answer = twins.send(command.encode()[4:])
+        assert answer.opaque == opaque
+        if command.code in (RequestCode.BROKER_HEARTBEAT, RequestCode.QUERY_DATA_VERSION):
+            assert inline
+            replayed.append(sum(replay.request.code == command.code for replay in replays.table.values()))
+    assert replayed and all(count == 1 for count in replayed)  # each header's last answer is kept

@@ -244,7 +244,8 @@ def _answer_data_version_query(ctx: HandlerContext, request: RemotingCommand,
 
 
 #: Has the broker's topic table changed since it registered? Also a liveness heartbeat.
-query_data_version = WriteHandler(_prepare_data_version_query, _apply_data_version_query, _answer_data_version_query)
+query_data_version = WriteHandler(_prepare_data_version_query, _apply_data_version_query, _answer_data_version_query,
+                                  replayable=True)
 
 
 def _prepare_heartbeat(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: Hints) -> Change:
@@ -255,4 +256,4 @@ def _apply_heartbeat(ctx: HandlerContext, change: Change, channel: Channel) -> N
     ctx.routes.update_broker_timestamp(*change)
 
 
-broker_heartbeat = WriteHandler(_prepare_heartbeat, _apply_heartbeat)
+broker_heartbeat = WriteHandler(_prepare_heartbeat, _apply_heartbeat, replayable=True)

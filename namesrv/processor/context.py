@@ -122,11 +122,18 @@ class WriteHandler:
     `Refusal` outcome changes nothing and answers with its code. `answer(ctx, request, outcome)`
     makes the response to any other outcome (only where the request was received). One process
     simply runs the three in a row (`__call__`).
+
+    `replayable`: `prepare` reads nothing but the request's header and body (no table, no
+    channel), and `answer` nothing but the request and the outcome. The reactor may then keep a
+    request's change and answer and, for the next request with the same header and body, run
+    `apply` on the kept change and, if the outcome is the same, send the kept answer with the new
+    opaque (namesrv.processor.write_fast_path): a broker's heartbeats repeat one header.
     """
 
     prepare: Callable[[HandlerContext, RemotingCommand, Channel, Hints], Change | RemotingCommand]
     apply: Callable[[HandlerContext, Change, Channel], object]
     answer: Callable[[HandlerContext, RemotingCommand, object], RemotingCommand] = answer_success
+    replayable: bool = False
 
     def __call__(self, ctx: HandlerContext, request: RemotingCommand, channel: Channel,
                  inline: bool = False) -> RemotingCommand | None:

@@ -50,7 +50,7 @@ class RequestProcessor:
         # Read once: the security keys are locked, no request can change them.
         self._admin_guard = AdminGuard.from_settings(config.admin_allowed_networks, config.admin_token)
         #: Requests answered from raw frames (the reactor's shortcut past `process`).
-        self.inline = InlineAnswers(self._ctx, self.process, registrations=inline_writes)
+        self.inline = InlineAnswers(self._ctx, self, registrations=inline_writes)
 
     def route_body(self, topic: str, standard: bool, zone: str | None = None) -> bytes | None:
         """A topic's encoded route as route queries are answered (route-change pushes send the same)."""

@@ -24,7 +24,7 @@ from namesrv.channel import Channel
 from namesrv.processor.broker_handlers import RegistrationHeader
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.header import BadRequest
-from namesrv.processor.write_fast_path import Process, WriteFastPath
+from namesrv.processor.write_fast_path import Processor, WriteFastPath
 from namesrv.processor.requests import BY_CODE
 from namesrv.processor.requests import Inline as RequestInline
 from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, route_query_of
@@ -76,11 +76,11 @@ class InlineAnswers:
     decode it). Reactor thread only. What it answers is counted in `tally` by `answer_all`, once
     per chunk: one clock reading, whatever the number of frames."""
 
-    def __init__(self, ctx: HandlerContext, process: Process, registrations: bool = True) -> None:
+    def __init__(self, ctx: HandlerContext, processor: Processor, registrations: bool = True) -> None:
         """`registrations=False`: registrations are only read here, never applied (worker processes
         apply every write in the write log's order, namesrv.writelog)."""
         self.route_queries = RouteQueryFastPath(ctx)
-        self.writes = WriteFastPath(process) if registrations else None
+        self.writes = WriteFastPath(processor) if registrations else None
         self.seen: SeenHeaders[Inline] = SeenHeaders(HeaderReader())
         #: The answers given here (namesrv.request_stats; the controller counts it in the server's totals).
         self.tally = RequestTally()
@@ -179,14 +179,13 @@ class InlineAnswers:
         body_at = 4 + (INT32.unpack_from(frame)[0] & HEADER_LENGTH_MASK)
         # The body as a view of the frame: a registration's repeat is recognised, a changed body
         # decoded, without copying it.
-        request = what.request.derive(opaque, memoryview(frame)[body_at:] if len(frame) > body_at else None,
-                                      len(frame))
+        body = memoryview(frame)[body_at:] if len(frame) > body_at else None
         if self.writes is None:
-            return request
-        answered = self.writes.answer(request, channel)
+            return what.request.derive(opaque, body, len(frame))
+        answered = self.writes.answer(what.request, opaque, body, len(frame), channel)
         if answered is None:
-            return request
-        reply, key = answered
+            return what.request.derive(opaque, body, len(frame))
+        reply, key, _ = answered
         self._writes_answered[key] = self._writes_answered.get(key, 0) + 1
         return reply
 

@@ -9,47 +9,126 @@ the same `_guarded` failures), which answers None for what is an executor's (a r
 to decode that is compressed or larger than inlineRegistrationMaxBodyBytes, a refresh the route
 table declines), and writes a SUCCESS answer from a template of its encoded header with the opaque
 stamped in. The bytes are the ones the regular path would send (tests/test_register_fast_path.py).
+
+A heartbeat (BROKER_HEARTBEAT, QUERY_DATA_VERSION: `WriteHandler.replayable`) repeats its header
+and body every few seconds, and its change is read from them alone. So the change and the answer
+of the last one of each header read (`PreparedWrite.request`, held once per header by the seen-
+header memo) are kept (`Replay`, for a body of at most REPLAY_BODY_BYTES); the next with the same
+body runs the handler's `apply` on the kept change and, when the outcome is the same (the broker
+is as known, its DataVersion as stored), sends the kept answer with the new opaque: the prepare
+and the encoding are not done again. Any other outcome is answered by the handler's `answer` and
+kept instead. The replays are a memo of their own (REPLAYS: two per broker of a full route table),
+emptied when full.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
 
 from namesrv.caches import BoundedMemo
 from namesrv.channel import Channel
+from namesrv.processor.context import Hints
+from namesrv.processor.requests import REQUESTS
 from namesrv.processor.seen_headers import OpaqueTemplate
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
-
-#: The regular path (RequestProcessor.process).
-Process = Callable[..., RemotingCommand | None]
 
 #: Bounds of the remembered response headers (distinct codecs and header fields answered: master and HA
 #: addresses, a data-version query's "changed"; emptied when full).
 TEMPLATES = 1024
 TEMPLATE_BYTES = 4 * 1024 * 1024
+#: Largest request body a replay is kept for (a data-version query's DataVersion is about 60 bytes).
+REPLAY_BODY_BYTES = 256
+#: Bounds of the kept replays (a heartbeat's and a data-version query's per broker, maxBrokers 4096).
+REPLAYS = 8192
+#: What a replay is charged: its body and the answer's (a DataVersion), at most.
+REPLAY_CHARGE = 2 * REPLAY_BODY_BYTES
+REPLAY_BYTES = REPLAYS * REPLAY_CHARGE
+#: The request codes whose handlers are replayable.
+_REPLAYABLE = frozenset(int(spec.code) for spec in REQUESTS if getattr(spec.handler, "replayable", False))
 _SUCCESS = int(ResponseCode.SUCCESS)
 
 
-class WriteFastPath:
-    """`answer(request, channel)`: the response frame to a write answered here, and its (request code,
-    response code); None: not answered here (reactor thread only)."""
+class Processor(Protocol):
+    """The regular path (namesrv.processor.core.RequestProcessor): whole, or in a write's steps."""
 
-    def __init__(self, process: Process) -> None:
-        self._process = process
+    def process(self, request: RemotingCommand, channel: Channel, inline: bool = False) -> RemotingCommand | None: ...
+
+    def prepare(self, request: RemotingCommand, channel: Channel, hints: Hints = Hints.TABLE) -> Any: ...
+
+    def apply(self, code: int, change: Any, channel: Channel) -> object: ...
+
+    def answer(self, request: RemotingCommand, outcome: object) -> RemotingCommand: ...
+
+
+class Replay(NamedTuple):
+    """A replayable write's request (a header read once: `request`, without opaque or body) as last answered."""
+
+    request: RemotingCommand
+    body: bytes | None
+    change: Any
+    outcome: object
+    template: OpaqueTemplate
+    response_body: bytes | None
+    counted: tuple[int, int]
+
+
+#: A write answered here: (the response frame, (request code, response code), the template of its
+#: header, None unless it is a plain SUCCESS).
+Answered = tuple[bytes, tuple[int, int], OpaqueTemplate | None]
+
+
+class WriteFastPath:
+    """`answer(...)`: a write answered here (`Answered`); None: not answered here (reactor thread only)."""
+
+    def __init__(self, processor: Processor) -> None:
+        self._processor = processor
         self.templates: BoundedMemo[tuple[int, bool, tuple[tuple[str, str], ...]], OpaqueTemplate] = BoundedMemo(
             TEMPLATES, TEMPLATE_BYTES)
+        #: By `id(Replay.request)`: the replay holds the request, so no other object has its id meanwhile.
+        self.replays: BoundedMemo[int, Replay] = BoundedMemo(REPLAYS, REPLAY_BYTES)
 
-    def answer(self, request: RemotingCommand, channel: Channel) -> tuple[bytes, tuple[int, int]] | None:
-        response = self._process(request, channel, inline=True)
-        if response is None:
-            return None
+    def answer(self, prepared: RemotingCommand, opaque: int, body: memoryview | None, size: int,
+               channel: Channel) -> Answered | None:
+        """The request `prepared` (a header read before: its `PreparedWrite.request`) with `opaque`
+        and `body`, `size` bytes on the wire, through the regular path; a replayable write's from
+        its `Replay` when it has the replay's body and outcome."""
+        if prepared.code not in _REPLAYABLE or (body is not None and len(body) > REPLAY_BODY_BYTES):
+            request = prepared.derive(opaque, body, size)
+            response = self._processor.process(request, channel, inline=True)
+            return None if response is None else self._encoded(request, response)
+        processor = self._processor
+        data = None if body is None else bytes(body)
+        replay = self.replays.table.get(id(prepared))
+        if replay is not None and replay.body == data:
+            change = replay.change
+            outcome = processor.apply(prepared.code, change, channel)
+            if outcome == replay.outcome:
+                return replay.template.frame(opaque, replay.response_body), replay.counted, replay.template
+            request = prepared.derive(opaque, data, size)
+        else:
+            request = prepared.derive(opaque, data, size)
+            change = processor.prepare(request, channel, Hints.INLINE)
+            if type(change) is RemotingCommand:
+                return self._encoded(request, change)
+            outcome = processor.apply(request.code, change, channel)
+        response = processor.answer(request, outcome)
+        answered = self._encoded(request, response)
+        template = answered[2]
+        if template is not None:  # (a kept replay of another outcome may stay: its answer is that outcome's)
+            self.replays.remember(id(prepared), Replay(prepared, data, change, outcome, template, response.body,
+                                                       answered[1]), REPLAY_CHARGE)
+        return answered
+
+    def _encoded(self, request: RemotingCommand, response: RemotingCommand) -> Answered:
+        """(the response frame, (request code, response code), its header template); a plain SUCCESS
+        answer is written from a template of its header (None for any other answer)."""
         code = response.code
         if code != _SUCCESS or response.remark is not None:
-            return response.encode(), (request.code, code)
+            return response.encode(), (request.code, code), None
         ext_fields = response.ext_fields
         key = (response.serialize_type, ext_fields is None, tuple(sorted(ext_fields.items())) if ext_fields else ())
         template = self.templates.table.get(key)
         if template is None:
             template = OpaqueTemplate(response)
             self.templates.remember(key, template, 2 * sum(len(k) + len(v) for k, v in key[2]))
-        return template.frame(response.opaque, response.body), (request.code, code)
+        return template.frame(response.opaque, response.body), (request.code, code), template
