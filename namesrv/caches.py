@@ -21,6 +21,15 @@ a flood of distinct, large headers costs at most the byte bound, then the memo s
     bounds: 1024 entries, 4 MiB.
     invalidation: none needed (a function of the key); emptied when full.
     pays: every inline write's answer (`python -m bench cache-value`).
+`processor.write_fast_path.WriteFastPath.replays`, the reactor's
+    key: the identity of a replayable write's header as read once (`PreparedWrite.request` of the
+    seen-header memo; the entry holds it, so no other object can take its id meanwhile); value:
+    the last such request's body, its change, the outcome of applying it, and its answer (`Replay`).
+    bounds: 8192 entries (a heartbeat's and a data-version query's for each of maxBrokers), bodies
+    of at most 256 bytes, 4 MiB as charged.
+    invalidation: none needed: the change is a function of the header and body, and the kept
+    answer goes out only when the change, applied again, has the kept outcome; emptied when full.
+    pays: heartbeats and data-version queries (`python -m bench request-instructions`).
 `routeinfo.cache.RouteBodyCache`, shared by the reactor and the executors
     key: topic, JSON flavour, and a stamp of the inputs outside the route table (order-topic
     conf, acting master); value: the encoded route body.
