@@ -50,7 +50,7 @@ def test_the_snapshot_packed_topic_by_topic_is_the_document_packed_at_once(tmp_p
         monkeypatch.setattr(persist, "YIELD_EVERY", 3)
         monkeypatch.setattr(persist, "PART_BYTES", 100)
     exported = export_routes(routes)
-    rows = [[topic, [[group, *entry] for group, entry in entries.items()]] for topic, entries in exported["queues"]]
+    rows = [[topic, [[group, *entry] for group, entry in entries]] for topic, entries in reversed(exported["queues"])]
     whole = msgpack.packb({"format": FORMAT, "takenAtMs": NOW, "routes": {**exported, "queues": rows}})
     packed = encode(exported, NOW)
     assert len(packed) > (5 if parts == "many" else 1)
