@@ -8,7 +8,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.protocol import DataVersion, QueueData, TopicConfig, TopicConfigSerializeWrapper
 from namesrv.routeinfo import Registrant, RouteInfoManager
 from namesrv.routeinfo.group_topics import SLACK, GroupTopics
-from namesrv.routeinfo.persist import decode, encode, export_routes, restore_routes
+from namesrv.routeinfo.persist import decode, encode_routes, restore_routes
 
 
 def scan(table: dict[str, dict[str, object]], group: str) -> list[str]:
@@ -96,7 +96,7 @@ def test_a_restored_topic_a_new_group_joins_is_still_held_as_one_string(tmp_path
 
     register(before, 0)
     after = RouteInfoManager(config, clock=lambda: 0)
-    restore_routes(after, decode(b"".join(encode(export_routes(before), 0)))[1], 0)
+    restore_routes(after, decode(b"".join(encode_routes(before, 0)))[1], 0)
     register(after, 1)
     first, second = after._queues.topics_of("broker-0"), after._queues.topics_of("broker-1")
     assert first == second == ["Topic-x", "Topic-y"] and all(a is b for a, b in zip(first, second))

@@ -19,7 +19,7 @@ from namesrv.protocol import (DataVersion, RegisterBrokerBody, RequestCode, Resp
                               TopicConfigSerializeWrapper, TopicRouteData)
 from namesrv.routeinfo import Registrant, RouteInfoManager
 from namesrv.routeinfo import persist
-from namesrv.routeinfo.persist import FORMAT, MAGIC, RouteSnapshots, decode, encode, export_routes, restore_routes, snapshot_path
+from namesrv.routeinfo.persist import FORMAT, MAGIC, RouteSnapshots, decode, encode_routes, restore_routes, snapshot_path
 from test_operator_http import RMQ, free_broker_port, get, java_reference_skip_reason, scrape
 
 NOW = 1_700_000_000_000
@@ -42,46 +42,72 @@ def routes_of(routes: RouteInfoManager) -> dict[str, TopicRouteData | None]:
     return {topic: routes.pickup_topic_route(topic) for topic in routes.all_topics().topic_list}
 
 
+def packed_at_once(routes: RouteInfoManager) -> bytes:
+    """The snapshot file of `routes` as it is now, its document packed in one msgpack call."""
+    with routes.reading() as tables:
+        small = persist._small_tables(tables)
+        rows = [[topic, [[group, *entry] for group, entry in queues.items()]]
+                for topic, queues in tables.topic_queue_table.items()]
+    whole = msgpack.packb({"format": FORMAT, "takenAtMs": NOW, "routes": {**small, "queues": rows}})
+    return MAGIC + zlib.crc32(whole).to_bytes(4, "big") + whole
+
+
 @pytest.mark.parametrize("parts", ["one", "many"])
-def test_the_snapshot_packed_topic_by_topic_is_the_document_packed_at_once(tmp_path, monkeypatch, parts) -> None:
+def test_the_snapshot_packed_in_slices_and_parts_is_the_document_packed_at_once(tmp_path, monkeypatch, parts) -> None:
     _, routes = manager(tmp_path)
     fill(routes)
     if parts == "many":
-        monkeypatch.setattr(persist, "YIELD_EVERY", 3)
+        monkeypatch.setattr(persist, "SLICE_ENTRIES", 3)
         monkeypatch.setattr(persist, "PART_BYTES", 100)
-    exported = export_routes(routes)
-    rows = [[topic, [[group, *entry] for group, entry in entries]] for topic, entries in reversed(exported["queues"])]
-    whole = msgpack.packb({"format": FORMAT, "takenAtMs": NOW, "routes": {**exported, "queues": rows}})
-    packed = encode(exported, NOW)
+    packed = encode_routes(routes, NOW)
     assert len(packed) > (5 if parts == "many" else 1)
-    assert b"".join(packed) == MAGIC + zlib.crc32(whole).to_bytes(4, "big") + whole
+    assert b"".join(packed) == packed_at_once(routes)
 
 
-def test_an_export_in_slices_is_one_consistent_copy_even_when_a_route_changes_meanwhile(tmp_path, monkeypatch) -> None:
+def register_late(routes: RouteInfoManager, topic: str) -> None:
+    """broker-0's master now serves `topic` only: a topic added, others gone from its group."""
+    wrapper = TopicConfigSerializeWrapper({topic: TopicConfig(topic, 2, 2)}, DataVersion(9, NOW, 0))
+    routes.register(Registrant("C0", "127.0.0.1:10911", "broker-0", 0, "127.0.0.1:0"), wrapper, [], None)
+
+
+def test_a_snapshot_in_slices_is_one_table_even_when_a_route_changes_between_them(tmp_path, monkeypatch) -> None:
     _, routes = manager(tmp_path)
     fill(routes)
-    whole = export_routes(routes)
-    monkeypatch.setattr(persist, "EXPORT_SLICE_ENTRIES", 5)  # many slices
-    assert export_routes(routes) == whole  # nothing changed: the slices are the copy
+    monkeypatch.setattr(persist, "SLICE_ENTRIES", 5)  # many slices
     handovers = []
 
     def change_between_slices(seconds: float) -> None:
         handovers.append(seconds)
-        if len(handovers) == 3:  # after two slices: a topic added and one of the copied ones removed
-            wrapper = TopicConfigSerializeWrapper({"Late": TopicConfig("Late", 2, 2)}, DataVersion(9, NOW, 0))
-            routes.register(Registrant("C0", "127.0.0.1:10911", "broker-0", 0, "127.0.0.1:0"), wrapper, [], None)
+        if len(handovers) == 3:  # after two slices
+            register_late(routes, "Late")
 
     monkeypatch.setattr(persist.time, "sleep", change_between_slices)
-    exported = export_routes(routes)
+    packed = b"".join(encode_routes(routes, NOW))
     assert len(handovers) > 3
-    assert exported == export_routes(routes) != whole  # taken again under one lock: as the table is now
-    assert [topic for topic, _ in exported["queues"]].count("Late") == 1
+    assert packed == packed_at_once(routes)  # packed again: the table as it is now
+    assert b"Late" in packed
+
+
+def test_a_table_that_keeps_changing_is_packed_under_one_read_lock_at_last(tmp_path, monkeypatch) -> None:
+    _, routes = manager(tmp_path)
+    fill(routes)
+    monkeypatch.setattr(persist, "SLICE_ENTRIES", 5)
+    handovers = []
+
+    def change_every_time(seconds: float) -> None:
+        handovers.append(seconds)
+        register_late(routes, f"Late{len(handovers)}")
+
+    monkeypatch.setattr(persist.time, "sleep", change_every_time)
+    packed = b"".join(encode_routes(routes, NOW))
+    assert len(handovers) == persist.SLICED_ATTEMPTS  # each sliced attempt saw a change after its first slice
+    assert packed == packed_at_once(routes)
 
 
 def test_a_snapshot_restores_every_route_and_each_broker_as_just_registered(tmp_path) -> None:
     config, before = manager(tmp_path)
     fill(before)
-    taken = b"".join(encode(export_routes(before), NOW))
+    taken = b"".join(encode_routes(before, NOW))
     _, after = manager(tmp_path, clock=lambda: NOW + 60_000)
     sizes = restore_routes(after, decode(taken)[1], NOW + 50_000)
     assert sizes == before.sizes() == {"brokers": 6, "clusters": 2, "brokerGroups": 3, "topics": 20, "queueDatas": 57}
@@ -199,7 +225,7 @@ def test_a_snapshot_with_a_value_no_registration_could_bring_is_set_aside_and_th
         tmp_path, caplog, what, table, index, position, value) -> None:
     config, routes = manager(tmp_path)
     fill(routes)
-    good = decode(b"".join(encode(export_routes(routes), NOW)))[1]
+    good = decode(b"".join(encode_routes(routes, NOW)))[1]
     path = snapshot_path(config)
     path.write_bytes(blob(good))
     _, fresh = manager(tmp_path)
@@ -224,7 +250,7 @@ def nested(depth: int) -> list:
 def test_static_topic_mappings_restore_only_as_json_a_registration_could_bring(tmp_path) -> None:
     config, routes = manager(tmp_path)
     fill(routes)
-    good = decode(b"".join(encode(export_routes(routes), NOW)))[1]
+    good = decode(b"".join(encode_routes(routes, NOW)))[1]
     good["mappings"] = {"T1": {"broker-0": {"bname": "broker-0", "epoch": 1, "hosted": [{"a": [1.5, None, True]}]}}}
     path = snapshot_path(config)
     for mappings, restored in ((good["mappings"], True),

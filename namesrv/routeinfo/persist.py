@@ -38,9 +38,10 @@ import gc
 import logging
 import os
 import struct
+import sys
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,62 +73,90 @@ MAX_FILE_BYTES = 512 * 1024 * 1024
 
 #: Most of the time periodic saves may take (RouteSnapshots).
 MAX_SAVE_SHARE = 0.1
-#: Queue entries packed between two hand-overs of the interpreter lock (about half a millisecond).
-YIELD_EVERY = 1000
 #: Bytes of a queue entry's row, about (to cut the packed payload into parts of about PART_BYTES).
 ROW_BYTES = 24
-PART_BYTES = 1024 * 1024
-#: Queue entries copied under one read lock by `export_routes` (dict copies: well under a millisecond).
-EXPORT_SLICE_ENTRIES = 20_000
+#: Parts this large are mapped by the allocator on their own, and so given back to the system whole.
+PART_BYTES = 32 * 1024 * 1024
+#: Queue entries packed under one read lock, between two hand-overs of the interpreter lock, by
+#: `encode_routes` (about half a millisecond).
+SLICE_ENTRIES = 2_000
+#: Sliced packings tried before one under a single read lock (routes kept changing meanwhile).
+SLICED_ATTEMPTS = 3
 
 
 class SnapshotError(Exception):
     """The file is not a route snapshot namesrv can restore."""
 
 
-def export_routes(routes: RouteInfoManager) -> dict[str, Any]:
-    """The topology: groups, clusters, queue entries, filter servers, static-topic mappings and each
-    broker's address, HA address, timeout and DataVersion; not connections, liveness or shortcuts.
-    Plain data except "queues": (topic, [(brokerName, entry), ...]) pairs, the route table's
-    immutable entries themselves ((readQueueNums, writeQueueNums, perm, topicSysFlag) tuples),
-    which `encode` turns into rows one topic at a time (10 million rows made at once would hold a
-    gigabyte). Only containers are copied. The pairs are in the table's reverse order: `encode`
-    packs from the end of the list and frees each topic's copy once packed, the last made first,
-    so that the allocator gets its memory back whole (freed first-made first, 3 million entries'
-    copies left the server 70-200 MiB larger after each save).
+def encode_routes(routes: RouteInfoManager, taken_ms: int) -> list[bytes | memoryview]:
+    """The snapshot file's bytes, in parts: the magic and the payload's CRC32, then the payload,
+    msgpack of {"format", "takenAtMs", "routes"}. "routes" holds the topology: "clusters", "groups",
+    "live" (each broker's address, HA address, timeout and DataVersion), "filters", "mappings"
+    (static topics), and "queues": [topic, [[brokerName, readQueueNums, writeQueueNums, perm,
+    topicSysFlag], ...]] rows; not connections, liveness or shortcuts.
 
-    The queue entries are copied `EXPORT_SLICE_ENTRIES` at a time, each slice under its own read
-    lock, the interpreter lock handed over between slices: one read lock over 10 million entries
-    held off every registration for a few hundred milliseconds, and a route query that missed the
-    cache queued behind the waiting registration (the read/write lock prefers writers). The
-    slices make one consistent copy when no route changed meanwhile (`route_changes`, which every
-    change of a queue entry moves, read under the first lock); else the copy is taken again under
-    one read lock."""
+    The queue entries are packed straight from the route table, `SLICE_ENTRIES` at a time
+    under a read lock each, the interpreter lock handed over between slices, into parts of about
+    `PART_BYTES`. So no copy of the table is made (a copy of 10 million entries as Python objects
+    took about 600 MB, and freed while registrations went on it left the server that much larger),
+    no read lock is held for long (one over 10 million entries held off every registration for
+    hundreds of milliseconds, and a route query that missed the cache queued behind the waiting
+    registration: the lock prefers writers), and the interpreter lock is never held for long
+    (one msgpack call over the table held it for seconds). The slices make one consistent
+    snapshot when no route changed meanwhile (`route_changes`, which every change of a queue
+    entry moves); else it is packed again, and after `SLICED_ATTEMPTS` under one read lock."""
+    for _ in range(SLICED_ATTEMPTS):
+        parts = _pack(routes, taken_ms, sliced=True)
+        if parts is not None:
+            return parts
+    parts = _pack(routes, taken_ms, sliced=False)
+    assert parts is not None
+    return parts
+
+
+def _pack(routes: RouteInfoManager, taken_ms: int, sliced: bool) -> list[bytes | memoryview] | None:
+    """`encode_routes`' bytes, the queue entries in slices or under the first read lock; None when
+    sliced and a route changed meanwhile."""
+    out = _Parts()
     with routes.reading() as tables:
         changes = routes.route_changes
-        exported = _small_tables(tables)
+        small = _small_tables(tables)
         topics = list(tables.topic_queue_table)
-    topics.reverse()
-    queues: list[tuple[str, list[tuple[str, tuple[int, int, int, int]]]]] = []
+        out.packer.pack_map_header(3)
+        for item in ("format", FORMAT, "takenAtMs", taken_ms, "routes"):
+            out.packer.pack(item)
+        out.packer.pack_map_header(len(small) + 1)
+        for key, value in small.items():
+            out.packer.pack(key)
+            out.packer.pack(value)
+        out.packer.pack("queues")
+        out.packer.pack_array_header(len(topics))
+        if not sliced:
+            _pack_queues(out, tables.topic_queue_table, topics, 0, sys.maxsize)
     start = 0
-    while start < len(topics):
+    while sliced and start < len(topics):
         time.sleep(0)
         with routes.reading() as tables:
-            by_topic = tables.topic_queue_table
-            copied = 0
-            while start < len(topics) and copied < EXPORT_SLICE_ENTRIES:
-                entries = by_topic.get(topics[start])
-                start += 1
-                if entries:
-                    queues.append((topics[start - 1], list(entries.items())))
-                    copied += len(entries)
-    if routes.route_changes == changes:
-        exported["queues"] = queues
-        return exported
-    with routes.reading() as tables:
-        exported = _small_tables(tables)
-        exported["queues"] = [(topic, list(entries.items())) for topic, entries in reversed(tables.topic_queue_table.items())]
-    return exported
+            if routes.route_changes != changes:
+                return None
+            start = _pack_queues(out, tables.topic_queue_table, topics, start, SLICE_ENTRIES)
+    return out.close()
+
+
+def _pack_queues(out: _Parts, by_topic: Mapping[str, Mapping[str, tuple[int, int, int, int]]], topics: list[str],
+                 start: int, entries: int) -> int:
+    """Pack the rows of `topics[start:]` (each in `by_topic`) until about `entries` queue entries are
+    packed; the index of the next topic."""
+    packed = 0
+    pack = out.packer.pack
+    while start < len(topics) and packed < entries:
+        topic = topics[start]
+        queues = by_topic[topic]
+        pack([topic, [[group, *entry] for group, entry in queues.items()]])
+        packed += len(queues)
+        start += 1
+    out.count(packed)
+    return start
 
 
 def _small_tables(tables: RouteTables) -> dict[str, Any]:
@@ -144,8 +173,36 @@ def _small_tables(tables: RouteTables) -> dict[str, Any]:
     }
 
 
+class _Parts:
+    """A payload packed into parts of about PART_BYTES (each its own packer's buffer, never copied),
+    and its CRC32."""
+
+    def __init__(self) -> None:
+        self.packer = msgpack.Packer(autoreset=False)
+        self._parts: list[bytes | memoryview] = []
+        self._crc = 0
+        self._rows = 0
+
+    def count(self, rows: int) -> None:
+        """`rows` queue entries were packed: start a new part when this one is full."""
+        self._rows += rows
+        if self._rows * ROW_BYTES >= PART_BYTES:
+            self._cut()
+
+    def _cut(self) -> None:
+        part = self.packer.getbuffer()
+        self._parts.append(part)
+        self._crc = zlib.crc32(part, self._crc)
+        self.packer = msgpack.Packer(autoreset=False)
+        self._rows = 0
+
+    def close(self) -> list[bytes | memoryview]:
+        self._cut()
+        return [MAGIC + _CRC.pack(self._crc), *self._parts]
+
+
 def restore_routes(routes: RouteInfoManager, exported: dict[str, Any], now: int) -> dict[str, int]:
-    """Replace every table of `routes` by an `export_routes` result; each broker counts as registered
+    """Replace every table of `routes` by the "routes" of a decoded snapshot; each broker counts as registered
     at `now` (no connection yet). ValueError, changing nothing, for data that is not such a result
     or holds more than maxBrokers / maxQueueDatas. Returns the sizes restored."""
     config = routes.config
@@ -172,54 +229,8 @@ def restore_routes(routes: RouteInfoManager, exported: dict[str, Any], now: int)
     return routes.sizes()
 
 
-def encode(routes: dict[str, Any], taken_ms: int) -> list[bytes | memoryview]:
-    """The file's bytes, in parts: the magic and the payload's CRC32, then the payload, msgpack of
-    {"format", "takenAtMs", "routes"} with each queue entry a row [brokerName, readQueueNums,
-    writeQueueNums, perm, topicSysFlag], in parts of about `PART_BYTES`.
-
-    Packed one topic at a time, and every `YIELD_EVERY` queue entries the interpreter lock is
-    handed to the server's other threads (`time.sleep(0)`): one msgpack call over 10 million
-    entries would hold it for seconds, and a saver that only lets go when Python's 5-ms switch
-    interval forces it leaves each request several 5-ms waits. Parts, not one growing buffer:
-    each time a buffer of hundreds of megabytes doubles, its copy holds the interpreter lock for
-    tens of milliseconds. For the same reason `routes["queues"]` (in reverse order, as
-    `export_routes` gives it) is emptied from its end as it is packed: each topic's copy freed once
-    packed, not 10 million of them at once. The bytes are those of packing the whole document, its
-    queue entries in the table's order, at once."""
-    packer = msgpack.Packer(autoreset=False)
-    parts: list[bytes | memoryview] = []
-    crc = 0
-    packer.pack_map_header(3)
-    for item in ("format", FORMAT, "takenAtMs", taken_ms, "routes"):
-        packer.pack(item)
-    packer.pack_map_header(len(routes))
-    for key, value in routes.items():
-        packer.pack(key)
-        if key != "queues":
-            packer.pack(value)
-            continue
-        packer.pack_array_header(len(value))
-        since_yield = since_part = 0
-        while value:
-            topic, entries = value.pop()
-            packer.pack([topic, [[group, *entry] for group, entry in entries]])
-            since_yield += len(entries)
-            if since_yield >= YIELD_EVERY:
-                since_part += since_yield
-                since_yield = 0
-                if since_part * ROW_BYTES >= PART_BYTES:
-                    since_part = 0
-                    parts.append(packer.bytes())
-                    packer.reset()
-                    crc = zlib.crc32(parts[-1], crc)
-                time.sleep(0)
-    parts.append(packer.getbuffer())
-    crc = zlib.crc32(parts[-1], crc)
-    return [MAGIC + _CRC.pack(crc), *parts]
-
-
 def decode(blob: bytes) -> tuple[int, dict[str, Any]]:
-    """(when it was taken, wall-clock ms; the tables as `export_routes` gave them)."""
+    """(when it was taken, wall-clock ms; the tables as `encode_routes` packed them)."""
     head = len(MAGIC) + _CRC.size
     if len(blob) < head or not blob.startswith(MAGIC):
         raise SnapshotError("not a namesrv route snapshot")
@@ -351,9 +362,9 @@ def _json(value: Any, where: str, depth: int) -> None:
 
 @contextmanager
 def no_collection() -> Iterator[None]:
-    """Python's cyclic collector paused: copying 300,000 queue entries makes as many new lists, and
-    the full collections they set off over the whole heap cost twice the copy itself (and, during
-    `export_routes`, longer read locks). Nothing made here holds a cycle."""
+    """Python's cyclic collector paused: packing or restoring 300,000 queue entries makes as many new
+    lists, and the full collections they set off over the whole heap cost twice the work itself
+    (and, while `encode_routes` holds a read lock, longer locks). Nothing made here holds a cycle."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -534,7 +545,7 @@ class RouteSnapshots:
         if not force and started < self._quiet_until:
             return False  # not touched either: the file no longer holds the routes served
         with no_collection():
-            parts = encode(export_routes(routes), now_ms())
+            parts = encode_routes(routes, now_ms())
         write_atomically(self.path, parts, mode=0o600)
         history = routes.route_events
         if force and history is not None:  # at shutdown (see the module docstring)
