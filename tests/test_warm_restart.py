@@ -88,20 +88,39 @@ def test_a_snapshot_in_slices_is_one_table_even_when_a_route_changes_between_the
     assert b"Late" in packed
 
 
-def test_a_table_that_keeps_changing_is_packed_under_one_read_lock_at_last(tmp_path, monkeypatch) -> None:
-    _, routes = manager(tmp_path)
+def churning(tmp_path, monkeypatch) -> tuple[NamesrvConfig, RouteInfoManager, list[float]]:
+    """A filled table in which a route changes at every hand-over between slices (a fleet registering),
+    and the list of those hand-overs."""
+    config, routes = manager(tmp_path)
     fill(routes)
     monkeypatch.setattr(persist, "SLICE_ENTRIES", 5)
-    handovers = []
+    handovers: list[float] = []
 
     def change_every_time(seconds: float) -> None:
         handovers.append(seconds)
         register_late(routes, f"Late{len(handovers)}")
 
     monkeypatch.setattr(persist.time, "sleep", change_every_time)
+    return config, routes, handovers
+
+
+def test_a_table_that_keeps_changing_is_packed_under_one_read_lock_at_last(tmp_path, monkeypatch) -> None:
+    _, routes, handovers = churning(tmp_path, monkeypatch)
     packed = b"".join(encode_routes(routes, NOW))
     assert len(handovers) == persist.SLICED_ATTEMPTS  # each sliced attempt saw a change after its first slice
     assert packed == packed_at_once(routes)
+
+
+def test_a_periodic_save_while_routes_keep_changing_waits_for_a_later_interval_then_holds_the_lock(
+        tmp_path, monkeypatch) -> None:
+    config, routes, changes = churning(tmp_path, monkeypatch)
+    snapshots = RouteSnapshots(config, routes)
+    for _ in range(persist.SKIPPED_SAVES):  # a fleet registering: nothing written, no lock held long
+        assert not snapshots.save() and not snapshots.path.exists()
+    assert snapshots.save()  # the next holds the read lock
+    saved = decode(snapshots.path.read_bytes())[1]
+    assert saved == decode(packed_at_once(routes))[1]  # the table as it is now
+    assert saved["queues"][-1][0] == f"Late{len(changes)}"
 
 
 def test_a_snapshot_restores_every_route_and_each_broker_as_just_registered(tmp_path) -> None:

@@ -82,13 +82,17 @@ PART_BYTES = 32 * 1024 * 1024
 SLICE_ENTRIES = 2_000
 #: Sliced packings tried before one under a single read lock (routes kept changing meanwhile).
 SLICED_ATTEMPTS = 3
+#: Periodic saves given up in a row (routes changing all the time: a fleet's first registration,
+#: which a read lock over the whole table would hold up for seconds) before one holds the lock.
+SKIPPED_SAVES = 6
 
 
 class SnapshotError(Exception):
     """The file is not a route snapshot namesrv can restore."""
 
 
-def encode_routes(routes: RouteInfoManager, taken_ms: int) -> list[bytes | memoryview]:
+def encode_routes(routes: RouteInfoManager, taken_ms: int,
+                  locked_at_last: bool = True) -> list[bytes | memoryview] | None:
     """The snapshot file's bytes, in parts: the magic and the payload's CRC32, then the payload,
     msgpack of {"format", "takenAtMs", "routes"}. "routes" holds the topology: "clusters", "groups",
     "live" (each broker's address, HA address, timeout and DataVersion), "filters", "mappings"
@@ -104,14 +108,13 @@ def encode_routes(routes: RouteInfoManager, taken_ms: int) -> list[bytes | memor
     registration: the lock prefers writers), and the interpreter lock is never held for long
     (one msgpack call over the table held it for seconds). The slices make one consistent
     snapshot when no route changed meanwhile (`route_changes`, which every change of a queue
-    entry moves); else it is packed again, and after `SLICED_ATTEMPTS` under one read lock."""
+    entry moves); else it is packed again, and after `SLICED_ATTEMPTS` under one read lock if
+    `locked_at_last`, else not at all (None)."""
     for _ in range(SLICED_ATTEMPTS):
         parts = _pack(routes, taken_ms, sliced=True)
         if parts is not None:
             return parts
-    parts = _pack(routes, taken_ms, sliced=False)
-    assert parts is not None
-    return parts
+    return _pack(routes, taken_ms, sliced=False) if locked_at_last else None
 
 
 def _pack(routes: RouteInfoManager, taken_ms: int, sliced: bool) -> list[bytes | memoryview] | None:
@@ -463,6 +466,8 @@ class RouteSnapshots:
         self._saved_changes: int | None = None
         #: No periodic save before this `clock` time (the last save's cost).
         self._quiet_until = 0.0
+        #: Saves given up in a row because the routes kept changing while they were packed.
+        self._skipped = 0
 
     def restore(self, now: int | None = None, path: Path | None = None) -> bool:
         """Serve the saved tables (of `path`, default the snapshot file), if a usable snapshot is
@@ -545,7 +550,12 @@ class RouteSnapshots:
         if not force and started < self._quiet_until:
             return False  # not touched either: the file no longer holds the routes served
         with no_collection():
-            parts = encode_routes(routes, now_ms())
+            parts = encode_routes(routes, now_ms(), locked_at_last=force or self._skipped >= SKIPPED_SAVES)
+        if parts is None:  # the routes kept changing (a fleet registering): the next interval tries again
+            self._skipped += 1
+            log.debug("the routes kept changing while they were packed: not saved (%d in a row)", self._skipped)
+            return False
+        self._skipped = 0
         write_atomically(self.path, parts, mode=0o600)
         history = routes.route_events
         if force and history is not None:  # at shutdown (see the module docstring)
