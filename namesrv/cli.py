@@ -14,6 +14,7 @@ import textwrap
 
 from namesrv.config import ConfigError, NamesrvConfig, escape_property
 from namesrv.controller import NamesrvController, validate
+from namesrv.gc_pauses import freeze_started_server
 from namesrv.logsetup import DEFAULT_LOG_CONFIG, UsageError, setup_logging
 from namesrv.remoting import BindError
 from namesrv.state_files import check_state_files
@@ -69,6 +70,7 @@ def serve(config: NamesrvConfig) -> None:
     stops.install()  # before start: a signal while booting still shuts down cleanly
     controller = NamesrvController(config)
     controller.start()
+    freeze_started_server()
     while stops.reason is None:
         stops.wait()
     controller.shutdown()

@@ -5,6 +5,12 @@ every request of the process waits for it. The route table keeps nothing the col
 entries are tuples of ints, namesrv.routeinfo.tables.queues), so a full collection costs in
 proportion to the server's other objects, not to the fleet; this histogram is how an operator sees
 that it stays so. One per process (gc.callbacks is the interpreter's): `install` is idempotent.
+
+What a server holds for its whole life is frozen once it has started (`freeze_started_server`): the
+route table's topic dict alone has an entry per topic (hundreds of thousands at 10 million queue
+entries) and each full collection visited every one, 13-30 ms a collection with 1,000 brokers.
+Frozen objects are never collected; a cycle among them that dies later stays, which bounds the
+cost by what was alive at the start.
 """
 from __future__ import annotations
 
@@ -15,6 +21,14 @@ from bisect import bisect_left
 from namesrv.request_stats import LATENCY_BOUNDS
 
 GENERATIONS = (0, 1, 2)
+
+
+def freeze_started_server() -> None:
+    """Collect what starting left behind, then move every object alive into the collector's permanent
+    generation: full collections walk only what the server makes from now on (gc.freeze). Called by
+    the process's entry point once its controller has started, never by a library user's code."""
+    gc.collect()
+    gc.freeze()
 
 
 class GcPauses:
