@@ -14,7 +14,7 @@ import textwrap
 
 from namesrv.config import ConfigError, NamesrvConfig, escape_property
 from namesrv.controller import NamesrvController, validate
-from namesrv.gc_pauses import freeze_started_server
+from namesrv.gc_pauses import freeze_before_serving
 from namesrv.logsetup import DEFAULT_LOG_CONFIG, UsageError, setup_logging
 from namesrv.remoting import BindError
 from namesrv.state_files import check_state_files
@@ -69,8 +69,8 @@ def serve(config: NamesrvConfig) -> None:
     stops = StopSignals()
     stops.install()  # before start: a signal while booting still shuts down cleanly
     controller = NamesrvController(config)
+    freeze_before_serving()
     controller.start()
-    freeze_started_server()
     while stops.reason is None:
         stops.wait()
     controller.shutdown()

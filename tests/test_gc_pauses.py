@@ -4,7 +4,7 @@ from __future__ import annotations
 import gc
 import urllib.request
 
-from namesrv.gc_pauses import GcPauses, freeze_started_server
+from namesrv.gc_pauses import GcPauses, freeze_before_serving
 from namesrv.request_stats import LATENCY_BOUNDS
 
 
@@ -31,7 +31,7 @@ def test_a_server_reports_its_collections(namesrv_factory):
     assert 'namesrv_gc_pause_seconds_bucket{generation="0",le="+Inf"}' in text
 
 
-def test_a_started_server_freezes_what_it_holds_and_collects_what_starting_left():
+def test_a_built_server_freezes_what_it_holds_and_collects_what_building_left():
     class Cycle:
         def __init__(self) -> None:
             self.me = self
@@ -42,7 +42,7 @@ def test_a_started_server_freezes_what_it_holds_and_collects_what_starting_left(
     del left
     held = {"topic": {"group": (8, 8, 6, 0)}}
     try:
-        freeze_started_server()
+        freeze_before_serving()
         assert gone() is None  # collected first: garbage is not frozen
         assert gc.get_freeze_count() > 0 and gc.is_tracked(held)
         assert not any(o is held for o in gc.get_objects())  # in the permanent generation, walked by none

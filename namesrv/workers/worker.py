@@ -16,7 +16,7 @@ import sys
 
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.controller import NamesrvController
-from namesrv.gc_pauses import freeze_started_server
+from namesrv.gc_pauses import freeze_before_serving
 from namesrv.logsetup import UsageError, setup_logging
 from namesrv.routeinfo.persist import BootCopy
 from namesrv.remoting import BindError
@@ -54,8 +54,8 @@ def main() -> int:
     try:
         boot_copy = None if spec.get("bootCopy") is None else BootCopy(**spec["bootCopy"])
         controller = NamesrvController(NamesrvConfig.load(None, spec["config"]), role, stops.request, boot_copy)
+        freeze_before_serving()
         controller.start()
-        freeze_started_server()
     except (ConfigError, BindError) as exc:
         log.error("cannot start: %s", exc)
         return 2
