@@ -4,16 +4,16 @@ A broker group leaving, a perm wipe, or a deleting registration touches the grou
 Found by scanning the whole topic table, each such operation costs time in proportion to every
 topic of every group, on the thread holding the write lock, and a fleet of brokers closing their
 connections at once holds the server that many times over (RocketMQ 5.x scans the same way, only
-faster; `python -m bench scale` measures both). Here each group keeps a tuple of its topics: 8 bytes an entry, where a set would cost
-50-100 bytes and double the route table's memory. A removed entry is not taken out of the tuple
+faster; `python -m bench scale` measures both). Here each group keeps a tuple of its topics: 8 bytes
+an entry, where a set would cost 50-100 bytes and double the route table's memory. A removed entry is not taken out of the tuple
 (that would be a linear search): reads filter against the table, and once a group's removals
 since its tuple was last compacted pass half the tuple, plus `SLACK`, the next addition compacts
 it. A tuple only holds a stale topic, or one twice, after a removal, so it stays within about
 twice the group's entries.
 
 Tuples, not lists: a tuple of strings is left untracked by the garbage collector once it has seen
-it, where a list is walked by every full collection. At 10 million entries the lists were 10
-million references each full collection visited, many times during a fleet's first registration.
+it, where a list is walked by every full collection: with the lists, every full collection
+visited a reference per queue entry, many times during a fleet's first registration.
 An addition copies the group's tuple, once per registration that adds topics, not per topic.
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ class GroupTopics:
     def _compact(self, group: str) -> tuple[str, ...]:
         topic_queues = self._topic_queues
         live = tuple(dict.fromkeys(topic for topic in self._lists.get(group, ())
-                                  if group in topic_queues.get(topic, ())))
+                                   if group in topic_queues.get(topic, ())))
         self._removed.pop(group, None)
         if live:
             self._lists[group] = live

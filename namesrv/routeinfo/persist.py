@@ -101,12 +101,12 @@ def encode_routes(routes: RouteInfoManager, taken_ms: int,
 
     The queue entries are packed straight from the route table, `SLICE_ENTRIES` at a time
     under a read lock each, the interpreter lock handed over between slices, into parts of about
-    `PART_BYTES`. So no copy of the table is made (a copy of 10 million entries as Python objects
-    took about 600 MB, and freed while registrations went on it left the server that much larger),
-    no read lock is held for long (one over 10 million entries held off every registration for
-    hundreds of milliseconds, and a route query that missed the cache queued behind the waiting
-    registration: the lock prefers writers), and the interpreter lock is never held for long
-    (one msgpack call over the table held it for seconds). The slices make one consistent
+    `PART_BYTES`. So no copy of the table is made (a copy of every entry as Python objects is
+    larger than the table, and freed while registrations went on it left the server that much
+    larger), no read lock is held for long (one over the whole table held off every registration,
+    and a route query that missed the cache queued behind the waiting registration: the lock
+    prefers writers), and the interpreter lock is never held for long (one msgpack call over the
+    table holds it for as long as the table takes to pack). The slices make one consistent
     snapshot when no route changed meanwhile (`route_changes`, which every change of a queue
     entry moves); else it is packed again, and after `SLICED_ATTEMPTS` under one read lock if
     `locked_at_last`, else not at all (None)."""

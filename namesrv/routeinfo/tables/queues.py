@@ -16,8 +16,8 @@ grew with the fleet). A new tuple is tracked until a collection sees it, and eve
 into meanwhile becomes tracked, until the next full collection: a new group's first registration
 would track the dict of each of its topics, and during a fleet's first registration the full
 collections walked all of them, again and again. So a new entry is made untracked before it is
-stored (`UNTRACKED_ENTRIES_PER_CALL`). Readers get QueueData objects, one per distinct entry of a group, made on
-first demand (`queue_data`, `queues_of`).
+stored (`UNTRACKED_ENTRIES_PER_CALL`). Readers get QueueData objects, one per distinct entry of a
+group, made on first demand (`queue_data`, `queues_of`).
 """
 from __future__ import annotations
 
