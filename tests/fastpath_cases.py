@@ -81,6 +81,27 @@ def reference(data: bytes, path: tuple[str, ...]) -> object:
     return value
 
 
+def reference_facts(rows: list[object]) -> tuple | None:
+    """What scan_registration's facts must be for a table whose read entries are `rows`: None
+    unless there are some, all queue-fields tuples."""
+    if not rows or any(type(row) is not tuple for row in rows):
+        return None
+    names = [row[0] for row in rows]
+    return ("".join(sorted(set("".join(names)))), min(map(len, names)), max(map(len, names)),
+            min(min(row[1], row[2]) for row in rows), max(max(row[1], row[2]) for row in rows),
+            functools.reduce(lambda bits, row: bits | row[3], rows, 0))
+
+
+def check_facts(impl: object, result: tuple, path: tuple[str, ...]) -> None:
+    """A scan_registration result's facts are the reference's for the entries it read (the
+    extension may answer None), and None when it offers no entries."""
+    value, entries, _, facts = result
+    table = at_path(value, path)
+    expected = reference_facts(list(table.values())) if entries is not None and type(table) is dict else None
+    if facts is not None or impl is pure:
+        assert facts == expected, (facts, expected)
+
+
 def reference_count(data: bytes, path: tuple[str, ...]) -> int | None:
     """What count_entries promises: the members of the object at a non-empty path, None otherwise."""
     try:

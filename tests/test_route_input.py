@@ -9,7 +9,10 @@ import logging
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from fastpath_cases import reference_facts
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.fastpath import body_crc32
@@ -19,6 +22,7 @@ from namesrv.processor import RequestProcessor
 from namesrv.protocol import (DataVersion, QueueData, RegisterBrokerBody, RemotingCommand, RequestCode, ResponseCode,
                               TopicConfig, TopicConfigSerializeWrapper, TopicRouteData)
 from namesrv.routeinfo import RouteInfoManager
+from namesrv.routeinfo.route_input import IllegalRoute, check_queues, queues_within
 
 BROKER = Channel("tcp", b"broker-1", "10.0.0.1:50000")
 MASTER = {"clusterName": "C", "brokerName": "b1", "brokerAddr": "10.0.0.1:10911", "brokerId": "0",
@@ -182,3 +186,30 @@ def test_max_queue_datas_counts_topics_per_group_and_refuses_whole_registrations
     assert server.routes.pickup_topic_route("G") is None
     server.send(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "A"})  # frees two
     assert server.send(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "G"}, route).code == ResponseCode.SUCCESS
+
+
+NAME_CHARACTERS = "aZ09%|_-.\n é" + "T"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.text(NAME_CHARACTERS, max_size=130) | st.just("T" * 127) | st.just("T" * 128),
+                          st.integers(-2, 1030), st.integers(-2, 1030), st.integers(-1, 40), st.integers(0, 3)),
+                min_size=1, max_size=20),
+       st.sampled_from([0, 8, 1024]))
+def test_summed_up_entries_pass_exactly_when_each_entry_passes(rows, max_queue_nums):
+    """`queues_within` on a decode's facts decides as `check_queues` on each entry would."""
+    try:
+        check_queues(rows, max_queue_nums)
+        passes = True
+    except IllegalRoute:
+        passes = False
+    assert queues_within(reference_facts(rows), max_queue_nums) is passes
+
+
+def test_a_body_its_facts_refuse_is_refused_with_the_entry_s_rule(server):
+    """The facts only say whether to look; the refusal names the entry, as before."""
+    topics = {f"T{i}": TopicConfig(f"T{i}", 8, 8) for i in range(500)}
+    topics["T250"] = TopicConfig("T250", 8, 8, perm=16)
+    answer = server.register(topics)
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    assert answer.remark == "register broker failed: topic 'T250' has perm 16: only PermName's bits (15) are allowed"

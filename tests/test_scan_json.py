@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.lib.fleet import FleetShape, register_body
-from fastpath_cases import ENTRY_FIELDS, IMPLEMENTATIONS, INT32_MAX, INT32_MIN, reference, reference_count
+from fastpath_cases import ENTRY_FIELDS, IMPLEMENTATIONS, INT32_MAX, INT32_MIN, check_facts, reference, reference_count
 from namesrv.fastpath import pure, registration
 from namesrv.protocol import ProtocolError, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper, Version
 from namesrv.protocol.topic import DataVersion, TopicQueueTable, decode_registration
@@ -57,8 +57,9 @@ def scanned(impl, data: Any, path: tuple[str, ...]) -> object:
     result = impl.scan_registration(data, path, None)
     if result is None:
         return None
-    value, _, omitted = result
+    value, _, omitted, _ = result
     assert omitted == 0
+    check_facts(impl, result, path)
     return value
 
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastpath_cases import IMPLEMENTATIONS, _fastpath, reference
+from fastpath_cases import IMPLEMENTATIONS, _fastpath, check_facts, reference, reference_facts
 from namesrv.fastpath import pure
 from namesrv.protocol.topic import DataVersion, decode_registration
 
@@ -50,9 +50,11 @@ def twin(request: pytest.FixtureRequest) -> object:
 
 
 def scan(twin: object, data: bytes, previous: bytes | None = None) -> tuple[object, bytes | None, int]:
+    """(value, entries, omitted), the facts checked (fastpath_cases.check_facts)."""
     result = twin.scan_registration(data, TABLE_PATH, previous)
     assert result is not None
-    return result
+    check_facts(twin, result, TABLE_PATH)
+    return result[:3]
 
 
 TOPICS = [entry(f"topic-{i}") for i in range(50)]
@@ -227,9 +229,16 @@ def test_the_twins_agree_on_value_entries_and_what_they_leave_out(before, after,
 
     old, new = render(before, 1), render(after, 2)
     expected_old = pure.scan_registration(old, TABLE_PATH, None)
-    assert _fastpath.scan_registration(old, TABLE_PATH, None) == expected_old
+    assert agree(_fastpath.scan_registration(old, TABLE_PATH, None), expected_old)
     previous = expected_old[1]
-    assert _fastpath.scan_registration(new, TABLE_PATH, previous) == pure.scan_registration(new, TABLE_PATH, previous)
+    assert agree(_fastpath.scan_registration(new, TABLE_PATH, previous), pure.scan_registration(new, TABLE_PATH, previous))
+
+
+def agree(extension: tuple | None, pure_result: tuple | None) -> bool:
+    """The extension's result is the pure twin's, except that its facts may be None."""
+    if extension is None or pure_result is None:
+        return extension is pure_result
+    return extension[:3] == pure_result[:3] and extension[3] in (None, pure_result[3])
 
 
 def test_an_entry_that_grew_past_its_previous_bytes_is_left_to_the_caller(twin):
@@ -238,3 +247,66 @@ def test_an_entry_that_grew_past_its_previous_bytes_is_left_to_the_caller(twin):
     data = b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"a":1,"b":2}}}'
     _, entries, _ = scan(twin, data)
     assert twin.scan_registration(data.replace(b'"a":1', b'"a":12'), TABLE_PATH, entries) is None
+
+
+# ---------------------------------------------------------------- the pre-scan without the interpreter lock
+
+#: Members the extension's pre-scan does not read (it stops there, and the rest of the table is
+#: read with the lock held, as before): each must still give the full parse.
+UNUSUAL = [
+    entry("neg", perm=-1),
+    entry("esc").replace('"topicName":"esc"', '"topicName":"e\\u0073c"'),
+    entry("extra").replace('"order"', '"other":[1,{"x":null}],"order"'),
+    entry("attrs", attributes='{"+message.type":"NORMAL","b":"c"}'),
+    entry("nested", attributes='{"a":{"b":[]}}'),
+    entry("float").replace('"readQueueNums":8', '"readQueueNums":8.0'),
+    entry("big", queues=2_000_000_000),
+    entry("unsorted").replace('"order":false,"perm":6', '"perm":6,"order":false'),
+    entry("repeated").replace('"perm":6', '"perm":6,"perm":4'),
+    '"no-name":{"attributes":{},"order":false,"perm":6,"readQueueNums":8,"topicFilterType":"SINGLE_TAG",'
+    '"topicSysFlag":0,"writeQueueNums":8}',
+    '"empty":{}',
+    '"number":7',
+    entry("spaced").replace(":", " : ").replace(",", " ,\n "),
+    entry("zero", queues=0, perm=0),
+    entry("wide-filter").replace("SINGLE_TAG", "MULTI_TAG"),
+]
+
+
+@pytest.mark.parametrize("size", [40, 800])  # 800 entries: past GIL_FREE_BYTES, read without the lock
+@pytest.mark.parametrize("unusual", range(len(UNUSUAL)))
+def test_a_member_the_pre_scan_does_not_read_is_read_as_before(twin, size, unusual):
+    topics = [entry(f"topic-{i}", perm=(2, 4, 6)[i % 3], queues=i % 17) for i in range(size)]
+    topics.insert(size // 2, UNUSUAL[unusual])
+    data = body(topics)
+    if twin.scan_registration(data, TABLE_PATH, None) is None:
+        assert twin is not pure  # floats: the extension's licence, "parse it yourself"
+        return
+    value, entries, omitted = scan(twin, data)
+    assert table(value) == full(data) and omitted == 0
+    changed = topics[:]
+    changed[size // 3] = entry("changed-one")
+    value, _, omitted = scan(twin, body(changed, 2), entries)
+    assert omitted == size  # all but the changed one, before and after the unusual member
+    assert list(table(value)) == ["changed-one"]
+
+
+def test_the_extension_sums_up_a_broker_s_table_it_read_without_the_lock():
+    """The form brokers send is read by the pre-scan whole, so its facts are there (a body that
+    only the lock-held reading handled would still be right, but the check would look at every
+    entry again)."""
+    if _fastpath is None:
+        pytest.skip("namesrv._fastpath is not built")
+    topics = [entry(f"T%{i}|x", perm=(2, 4, 6)[i % 3], queues=i % 17) for i in range(800)]
+    value, entries, omitted, facts = _fastpath.scan_registration(body(topics), TABLE_PATH, None)
+    assert facts == reference_facts(list(table(value).values())) == ("%0123456789Tx|", 5, 7, 0, 16, 6)
+    changed = topics[:]
+    changed[5] = entry("only-this", perm=7, queues=1000)
+    value, _, omitted, facts = _fastpath.scan_registration(body(changed, 2), TABLE_PATH, entries)
+    assert omitted == 799 and facts == ("-hilnosty", 9, 9, 1000, 1000, 7)
+    spaced = body([topic.replace(",", ", ") for topic in topics])
+    assert _fastpath.scan_registration(spaced, TABLE_PATH, None)[3] == facts_of(spaced)
+
+
+def facts_of(data: bytes) -> tuple | None:
+    return reference_facts(list(full(data).values()))

@@ -51,6 +51,6 @@ cdef inline uint32_t _crc32(const unsigned char *p, Py_ssize_t n) noexcept nogil
 
 
 cdef enum:
-    # A buffer at least this long is hashed or checksummed with the interpreter lock released: the
+    # A buffer at least this long is hashed, checksummed or pre-scanned with the interpreter lock released: the
     # release and re-acquire cost about a microsecond, a 64 KiB CRC32 a few.
     GIL_FREE_BYTES = 64 * 1024

@@ -169,6 +169,19 @@ cdef enum:
     ENTRY_LENGTH_BITS = 24
 
 
+cdef struct _Facts:
+    # What the topic entries `_prescan` read hold (QueueFacts): how many, which ASCII bytes their
+    # topic names hold (bit b % 64 of word b // 64), the names' shortest and longest lengths, the
+    # fewest and most read or write queues, and their perms or-ed together.
+    Py_ssize_t count
+    uint64_t name_bytes[2]
+    Py_ssize_t shortest
+    Py_ssize_t longest
+    long fewest
+    long most
+    long perm_bits
+
+
 cdef struct _Digests:
     const _Entry *previous      # the previous registration's entries, in its table order
     Py_ssize_t previous_count
@@ -178,6 +191,8 @@ cdef struct _Digests:
     Py_ssize_t omitted
     int tables          # topic tables reached: a repeated table key would make the entries ambiguous
     bint escaped_key    # a key with escapes has more than one spelling: digests cannot tell keys apart
+    _Facts facts        # of the entries the topic table's pre-scan read
+    bint facts_cover    # ... which were all the entries read
 
 
 cdef struct _Json:
@@ -548,6 +563,38 @@ cdef dict _object(_Json *j, int depth, tuple path, Py_ssize_t step):
             return out
 
 
+cdef struct _Plain:
+    # A member of the topic table as `_prescan` read it without the interpreter lock: from its
+    # key's quote (`start`) to past its value (`end`); stepped over as unchanged (`omitted`), or an
+    # entry of the plain form with its key and topic name spans, its fields and its `_Entry` words.
+    Py_ssize_t start
+    Py_ssize_t end
+    bint omitted
+    Py_ssize_t key_start
+    Py_ssize_t key_length
+    Py_ssize_t topic_start
+    Py_ssize_t topic_length
+    long read
+    long write
+    long perm
+    long sys_flag
+    uint64_t digest
+    uint64_t key_digest_length
+
+
+cdef struct _Plains:
+    _Plain *items
+    Py_ssize_t count
+    Py_ssize_t capacity
+    _Facts facts
+
+
+cdef enum:
+    # The entry fields a plain entry must have (`attributes` may be absent).
+    REQUIRED_FIELDS = ((1 << F_ORDER) | (1 << F_PERM) | (1 << F_READ) | (1 << F_FILTER_TYPE) | (1 << F_TOPIC_NAME)
+                       | (1 << F_SYS_FLAG) | (1 << F_WRITE))
+
+
 cdef dict _table(_Json *j, int depth):
     """The topic table: an object whose plain entries become queue-fields tuples.
 
@@ -555,50 +602,296 @@ cdef dict _table(_Json *j, int depth):
     of the previous registration's entry at the same place is stepped over unread: the route
     table holds it already. Brokers list their topics in a stable order, so a registration that
     changed a few topics has only those read.
+
+    In a large table the members are first read by `_prescan`, without the interpreter lock (a
+    fleet's first registration then decodes on one core while the route table takes the previous
+    body on the other); what is left here is making the objects. A member it did not read, and
+    every one after it, is read here. A small table is read here in one pass: a second pass
+    would cost more than the lock it frees.
     """
     cdef dict out = {}
     cdef object key, value
-    cdef Py_ssize_t start, length, entry_start, span, index = 0
+    cdef Py_ssize_t start, length, entry_start, span, index = 0, next_plain = 0
     cdef int flags
+    cdef bint read_here = False
     cdef const _Entry *before
+    cdef const _Plain *plain
     cdef _Digests *d = j.digests
+    cdef _Plains plains
     if d != NULL:
         d.tables += 1
     if _opened_empty(j, depth, 125):
         return out
-    while True:
-        if _peek(j) != 34:
-            raise _NotForMe
-        entry_start = j.pos
-        if d != NULL and index < d.previous_count:
-            before = d.previous + index
-            span = <Py_ssize_t>(before.key_length & ((1 << ENTRY_LENGTH_BITS) - 1))
-            if 0 < span <= j.end - entry_start and _digest(j.p + entry_start, span) == before.digest:
-                _note_entry(d, before.digest, before.key_length)
-                d.omitted += 1
-                j.pos = entry_start + span
+    memset(&plains, 0, sizeof(plains))
+    if depth + 2 <= JSON_MAX_DEPTH and j.end - j.pos >= GIL_FREE_BYTES:  # attributes nest two deeper
+        with nogil:
+            _prescan(j[0], d, &plains)
+    try:
+        while True:
+            if _peek(j) != 34:
+                raise _NotForMe
+            entry_start = j.pos
+            if next_plain < plains.count and plains.items[next_plain].start == entry_start:
+                plain = plains.items + next_plain
+                next_plain += 1
+                if plain.omitted:
+                    before = d.previous + index
+                    _note_entry(d, before.digest, before.key_length)
+                    d.omitted += 1
+                else:
+                    key = _ascii_str(j.p + plain.key_start, plain.key_length)
+                    value = (key if plain.topic_length == plain.key_length
+                             and _same(j.p + plain.topic_start, j.p + plain.key_start, plain.key_length)
+                             else _ascii_str(j.p + plain.topic_start, plain.topic_length),
+                             PyLong_FromLong(plain.read), PyLong_FromLong(plain.write),
+                             PyLong_FromLong(plain.perm), PyLong_FromLong(plain.sys_flag))
+                    if d != NULL:
+                        _note_entry(d, plain.digest, plain.key_digest_length)
+                    out[key] = value
+                j.pos = plain.end
                 index += 1
                 if not _more(j, 125):
                     return out
                 continue
-        flags = _string_span(j, &start, &length)
-        key = _string_object(j.p + start, length, flags)  # topic names: too many for the key cache
-        _expect(j, 58)
-        if _peek(j) == 123:
-            value = _entry(j, depth + 1, key if flags & STR_ESCAPED == 0 else None, start, length)
-        else:
-            value = _value(j, depth)
+            if d != NULL and index < d.previous_count:
+                before = d.previous + index
+                span = <Py_ssize_t>(before.key_length & ((1 << ENTRY_LENGTH_BITS) - 1))
+                if 0 < span <= j.end - entry_start and _digest(j.p + entry_start, span) == before.digest:
+                    _note_entry(d, before.digest, before.key_length)
+                    d.omitted += 1
+                    j.pos = entry_start + span
+                    index += 1
+                    if not _more(j, 125):
+                        return out
+                    continue
+            read_here = True
+            flags = _string_span(j, &start, &length)
+            key = _string_object(j.p + start, length, flags)  # topic names: too many for the key cache
+            _expect(j, 58)
+            if _peek(j) == 123:
+                value = _entry(j, depth + 1, key if flags & STR_ESCAPED == 0 else None, start, length)
+            else:
+                value = _value(j, depth)
+            if d != NULL:
+                if flags & STR_ESCAPED:
+                    d.escaped_key = True
+                span = j.pos - entry_start
+                _note_entry(d, _digest(j.p + entry_start, span),
+                            (_digest(j.p + start, length) >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
+                            | (<uint64_t>span if span < (1 << ENTRY_LENGTH_BITS) else 0))
+            out[key] = value
+            index += 1
+            if not _more(j, 125):
+                return out
+    finally:
+        PyMem_RawFree(plains.items)
         if d != NULL:
-            if flags & STR_ESCAPED:
-                d.escaped_key = True
-            span = j.pos - entry_start
-            _note_entry(d, _digest(j.p + entry_start, span),
-                        (_digest(j.p + start, length) >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
-                        | (<uint64_t>span if span < (1 << ENTRY_LENGTH_BITS) else 0))
-        out[key] = value
+            d.facts = plains.facts
+            d.facts_cover = not read_here
+
+
+cdef void _prescan(_Json j, const _Digests *d, _Plains *plains) noexcept nogil:
+    """From the topic table's first member: note in `plains` each member `_table` would step over
+    as unchanged, or read as an entry of the plain form (`_plain_member`), stopping at the first
+    other one (or at the table's end, or when memory runs out). Only syntax `_table` accepts is
+    noted, so a noted member is read exactly as `_table` would read it."""
+    cdef Py_ssize_t index = 0, span, after
+    cdef const _Entry *before
+    cdef _Plain *member
+    cdef _Plain *grown
+    while True:
+        if plains.count == plains.capacity:
+            plains.capacity = 64 if plains.capacity == 0 else 2 * plains.capacity
+            grown = <_Plain *>PyMem_RawRealloc(plains.items, plains.capacity * sizeof(_Plain))
+            if grown == NULL:
+                plains.capacity = plains.count
+                return
+            plains.items = grown
+        if _peek(&j) != 34:
+            return
+        member = plains.items + plains.count
+        member.start = j.pos
+        member.omitted = False
+        if d != NULL and index < d.previous_count:
+            before = d.previous + index
+            span = <Py_ssize_t>(before.key_length & ((1 << ENTRY_LENGTH_BITS) - 1))
+            if 0 < span <= j.end - j.pos and _digest(j.p + j.pos, span) == before.digest:
+                member.omitted = True
+                j.pos += span
+        if not member.omitted:
+            if not _plain_member(&j, member, d != NULL):
+                return
+            _note_facts(&plains.facts, member, j.p)
+        member.end = j.pos
+        _skip_ws(&j)
+        after = _peek(&j)
+        if after != 44:  # the table's '}' (read by `_table`), or a number that grew: not for this pass
+            if after == 125:
+                plains.count += 1
+            return
+        plains.count += 1
         index += 1
-        if not _more(j, 125):
-            return out
+        j.pos += 1
+        _skip_ws(&j)
+
+
+cdef void _note_facts(_Facts *facts, const _Plain *member, const unsigned char *p) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef unsigned char c
+    if facts.count == 0:
+        facts.shortest = facts.longest = member.topic_length
+        facts.fewest = facts.most = member.read
+    facts.count += 1
+    for i in range(member.topic_start, member.topic_start + member.topic_length):
+        c = p[i]  # ASCII: _plain_string saw to it
+        facts.name_bytes[c >> 6] |= (<uint64_t>1) << (c & 63)
+    facts.shortest = min(facts.shortest, member.topic_length)
+    facts.longest = max(facts.longest, member.topic_length)
+    facts.fewest = min(facts.fewest, min(member.read, member.write))
+    facts.most = max(facts.most, max(member.read, member.write))
+    facts.perm_bits |= member.perm
+
+
+cdef bint _plain_member(_Json *j, _Plain *member, bint digests) noexcept nogil:
+    """At a member's quote: read it as a topic entry of the plain form, as brokers send it (keys
+    and topic name plain ASCII without escapes, the entry fields each once and in order, numbers
+    non-negative below a billion without sign, fraction or exponent, attributes a flat object of
+    plain strings), into `member`; False (the cursor anywhere) for any other member."""
+    cdef Py_ssize_t start, length, span
+    cdef int field, last = F_OTHER, seen = 0
+    cdef long number
+    if not _plain_string(j, &member.key_start, &member.key_length):
+        return False
+    if not _plain_colon(j) or _peek(j) != 123:
+        return False
+    j.pos += 1
+    _skip_ws(j)
+    while True:
+        if not _plain_string(j, &start, &length):
+            return False
+        field = _entry_field(j.p + start, length)
+        if field <= last or not _plain_colon(j):
+            return False  # another field, or not in order (so possibly repeated)
+        last = field
+        seen |= 1 << field
+        if field == F_ATTRIBUTES:
+            if not _plain_flat_object(j):
+                return False
+        elif field == F_ORDER:
+            if j.end - j.pos >= 4 and _same(j.p + j.pos, b"true", 4):
+                j.pos += 4
+            elif j.end - j.pos >= 5 and _same(j.p + j.pos, b"false", 5):
+                j.pos += 5
+            else:
+                return False
+        elif field == F_FILTER_TYPE:
+            if j.end - j.pos >= 12 and _same(j.p + j.pos, b'"SINGLE_TAG"', 12):
+                j.pos += 12
+            elif j.end - j.pos >= 11 and _same(j.p + j.pos, b'"MULTI_TAG"', 11):
+                j.pos += 11
+            else:
+                return False
+        elif field == F_TOPIC_NAME:
+            if not _plain_string(j, &member.topic_start, &member.topic_length) or member.topic_length == 0:
+                return False
+        else:
+            if not _plain_number(j, &number):
+                return False
+            if field == F_READ:
+                member.read = number
+            elif field == F_WRITE:
+                member.write = number
+            elif field == F_PERM:
+                member.perm = number
+            else:
+                member.sys_flag = number
+        _skip_ws(j)
+        if _peek(j) == 125:
+            j.pos += 1
+            break
+        if _peek(j) != 44:
+            return False
+        j.pos += 1
+        _skip_ws(j)
+    if seen & REQUIRED_FIELDS != REQUIRED_FIELDS:
+        return False
+    if digests:
+        span = j.pos - member.start
+        member.digest = _digest(j.p + member.start, span)
+        member.key_digest_length = ((_digest(j.p + member.key_start, member.key_length)
+                                     >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
+                                    | (<uint64_t>span if span < (1 << ENTRY_LENGTH_BITS) else 0))
+    return True
+
+
+cdef inline bint _plain_string(_Json *j, Py_ssize_t *start, Py_ssize_t *length) noexcept nogil:
+    """At a quote: a string of plain ASCII content without escapes; move past it."""
+    cdef Py_ssize_t pos
+    cdef unsigned char c
+    if _peek(j) != 34:
+        return False
+    pos = j.pos + 1
+    while True:
+        pos += _plain_run(j.p + pos, j.end - pos)
+        if pos >= j.end:
+            return False
+        c = j.p[pos]
+        if c == 34:
+            break
+        if c == 92 or c < 0x20 or c >= 0x80:
+            return False
+        pos += 1  # the last few bytes of the buffer are looked at one by one
+    start[0] = j.pos + 1
+    length[0] = pos - start[0]
+    j.pos = pos + 1
+    return True
+
+
+cdef inline bint _plain_colon(_Json *j) noexcept nogil:
+    _skip_ws(j)
+    if _peek(j) != 58:
+        return False
+    j.pos += 1
+    _skip_ws(j)
+    return True
+
+
+cdef inline bint _plain_number(_Json *j, long *number) noexcept nogil:
+    """A non-negative integer of at most 9 digits (so an int32), no leading zero, no fraction or exponent."""
+    cdef Py_ssize_t pos = j.pos, limit = j.pos + 10 if j.end - j.pos > 10 else j.end
+    cdef long value = 0
+    while pos < limit and 48 <= j.p[pos] <= 57:
+        value = value * 10 + (j.p[pos] - 48)
+        pos += 1
+    if (pos == j.pos or pos - j.pos > 9 or pos == j.end or j.p[pos] == 46 or j.p[pos] == 101 or j.p[pos] == 69
+            or (j.p[j.pos] == 48 and pos - j.pos > 1)):
+        return False
+    j.pos = pos
+    number[0] = value
+    return True
+
+
+cdef bint _plain_flat_object(_Json *j) noexcept nogil:
+    """At a '{': an object whose keys and values are plain strings (`_plain_string`)."""
+    cdef Py_ssize_t start, length
+    if _peek(j) != 123:
+        return False
+    j.pos += 1
+    _skip_ws(j)
+    if _peek(j) == 125:
+        j.pos += 1
+        return True
+    while True:
+        if not _plain_string(j, &start, &length) or not _plain_colon(j) or not _plain_string(j, &start, &length):
+            return False
+        _skip_ws(j)
+        if _peek(j) == 125:
+            j.pos += 1
+            return True
+        if _peek(j) != 44:
+            return False
+        j.pos += 1
+        _skip_ws(j)
 
 
 cdef int _note_entry(_Digests *d, uint64_t digest, uint64_t key_length) except -1:
@@ -781,15 +1074,26 @@ def scan_registration(data, tuple table_path not None, previous):
     d.omitted = 0
     d.tables = 0
     d.escaped_key = False
+    d.facts_cover = False
     try:
         value = _scan(data, table_path, &d, False)
         if d.tables != 1 or d.escaped_key or _has_repeated_key(d.entries, d.count):
-            return scan_registration(data, table_path, None) if d.omitted else (value, None, 0)
-        return value, PyBytes_FromStringAndSize(<const char *>d.entries, d.count * sizeof(_Entry)), d.omitted
+            return scan_registration(data, table_path, None) if d.omitted else (value, None, 0, None)
+        return (value, PyBytes_FromStringAndSize(<const char *>d.entries, d.count * sizeof(_Entry)), d.omitted,
+                _facts_tuple(&d.facts) if d.facts_cover and d.facts.count else None)
     except (_NotForMe, UnicodeDecodeError):
         return None
     finally:
         PyMem_Free(d.entries)
+
+
+cdef tuple _facts_tuple(const _Facts *facts):
+    cdef int c
+    cdef bytearray chars = bytearray()
+    for c in range(128):
+        if facts.name_bytes[c >> 6] >> (c & 63) & 1:
+            chars.append(c)
+    return (chars.decode("ascii"), facts.shortest, facts.longest, facts.fewest, facts.most, facts.perm_bits)
 
 
 def entry_digest(data):

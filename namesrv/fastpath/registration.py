@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import orjson
 from xxhash import xxh3_64_intdigest
@@ -87,9 +87,15 @@ class _NotForMe(Exception):
     leaves such a body to the caller's parser, and so does this one."""
 
 
+#: What the topic entries a registration's decode read hold, for namesrv.routeinfo.route_input's
+#: rules: (the distinct characters of their topic names, sorted; the names' shortest and longest
+#: lengths; the fewest and most read or write queues; their perms or-ed together).
+QueueFacts = tuple[str, int, int, int, int, int]
+
+
 def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[str, ...],
-                      previous: bytes | None) -> tuple[object, bytes | None, int] | None:
-    """(value, entries, omitted): `value` is `orjson.loads(data)`, except that in the object at
+                      previous: bytes | None) -> tuple[object, bytes | None, int, QueueFacts | None] | None:
+    """(value, entries, omitted, facts): `value` is `orjson.loads(data)`, except that in the object at
     `table_path` (keys from the top; `()` for none) every plain topic entry is replaced by its
     queue-fields tuple, and the entries unchanged since `previous` are left out; None if `data` is
     not strict JSON (the caller then parses it leniently).
@@ -101,6 +107,11 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
     and `omitted` counts them. `entries` is None when it cannot stand for the table: no single
     topic table, a repeated key, or a key with escapes (several spellings of one key); then
     nothing is left out either.
+
+    `facts` sums up the topic entries read (those left in the table), so that a large table is
+    checked against the route table's rules without a look at each entry: None when `entries`
+    is, when no entry was read, or when one of them is not plain. The twin may also answer None
+    (it sums up only the entries it reads without the interpreter lock), never other facts.
     """
     if isinstance(data, str):  # orjson would take it; the twin reads buffers only
         raise TypeError("scan_registration needs a bytes-like object, not 'str'")
@@ -116,10 +127,10 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
     table = obj
     for step in table_path:
         if type(table) is not dict:
-            return obj, None, 0
+            return obj, None, 0, None
         table = table.get(step)
     if type(table) is not dict:
-        return obj, None, 0
+        return obj, None, 0, None
     for key, entry in table.items():
         fields = _plain_queue_fields(entry)
         if fields is not None:
@@ -130,17 +141,30 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
     if table_path and buf[start:start + 1] == b"{":
         _find_tables(buf, start, table_path, 0, found)
     if len(found) != 1:
-        return obj, None, 0
+        return obj, None, 0, None
     try:
         read = _read_table(buf, found[0], previous)
     except _NotForMe:
         return None
     if read is None:
-        return obj, None, 0
+        return obj, None, 0, None
     entries, omitted = read
     for key in omitted:
         del table[key]
-    return obj, entries, len(omitted)
+    return obj, entries, len(omitted), _queue_facts(table.values())
+
+
+def _queue_facts(rows: Collection[object]) -> QueueFacts | None:
+    """QueueFacts of a table's queue-fields tuples; None if it has none, or anything else."""
+    if not rows or any(type(row) is not tuple for row in rows):
+        return None
+    names = [row[0] for row in rows]
+    counts = [count for row in rows for count in (row[1], row[2])]
+    perm_bits = 0
+    for row in rows:
+        perm_bits |= row[3]
+    lengths = [len(name) for name in names]
+    return "".join(sorted(set("".join(names)))), min(lengths), max(lengths), min(counts), max(counts), perm_bits
 
 
 def _key(token: bytes) -> str:

@@ -8,8 +8,9 @@ undecoded body, cheaply:
 * compressed form (reference 3.6): the topic count is an int32 right after the DataVersion blob,
   so only that prefix is inflated (`topic.compressed_topic_count`, the decode's own reader);
 * JSON forms: every topic entry takes at least 4 bytes (`0:{},`), so a body of at most 4 x limit
-  bytes cannot exceed it (the common case, free); nor can one with no more `{` than the limit
-  (every topic is a JSON object of its own; one C-speed byte count); only a body with more has its
+  bytes cannot exceed it (the common case, free); nor can one with no more `[` and `{` than the
+  limit (every topic is a JSON object of its own; `count_containers`, one pass without the
+  interpreter lock, the count jsonbody.check_parse_cost makes); only a body with more has its
   topicConfigTable's members counted exactly: by the fast path's scanner, which builds nothing
   (so a fraction of a parse's time), else by the lenient parser.
 """
@@ -31,7 +32,7 @@ def topic_count_beyond(limit: int, body: bytes | None, compressed: bool, version
         return None
     if version >= Version.V3_0_11 and compressed:
         count = compressed_topic_count(body)
-    elif len(body) <= 4 * limit or bytes(body).count(b"{") <= limit:  # the reactor's body is a memoryview
+    elif len(body) <= 4 * limit or fastpath.count_containers(body) <= limit:
         return None
     else:
         count = _json_topic_count(body, version)

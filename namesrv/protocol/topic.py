@@ -11,6 +11,7 @@ from namesrv import fastpath
 from namesrv.protocol import jsonbody
 from namesrv.protocol.codes import INT32_MAX, INT32_MIN, PERM_READ, PERM_WRITE, Version
 from namesrv.errors import ProtocolError
+from namesrv.fastpath.registration import QueueFacts
 from namesrv.protocol.jsonbody import as_int, dumps, expect, get_bool, get_dict, get_int, get_list, get_str, string_list
 
 _INT32 = struct.Struct(">i")
@@ -221,8 +222,9 @@ class TopicQueueTable:
 
     A table decoded against the broker's previous registration (`decode_registration`'s
     `previous`) lacks the `omitted` entries that are byte for byte those of `omitted_since`;
-    `entries` is what the next registration's decode takes as `previous` (None: nothing to offer).
-    Tables compare (and show) what they say, not these.
+    `entries` is what the next registration's decode takes as `previous` (None: nothing to offer),
+    `facts` what its `topics` hold, summed up (None: look at each). Tables compare (and show)
+    what they say, not these.
     """
 
     topics: dict[str, QueueFields] = field(default_factory=dict)
@@ -231,6 +233,7 @@ class TopicQueueTable:
     entries: bytes | None = field(default=None, compare=False, repr=False)
     omitted: int = field(default=0, compare=False, repr=False)
     omitted_since: bytes | None = field(default=None, compare=False, repr=False)
+    facts: QueueFacts | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_dict(cls, obj: Any) -> TopicQueueTable:
@@ -431,9 +434,11 @@ def decode_registration(data: bytes | None, compressed: bool = False, version: i
         jsonbody.check_parse_cost(data, "RegisterBrokerBody" if version >= Version.V3_0_11 else
                                   "TopicConfigSerializeWrapper")
         # None: not for the scanner; the lenient parser reads the body
-        value, entries, omitted = fastpath.scan_registration(data, table_path(version), previous) or (None, None, 0)
+        value, entries, omitted, facts = (fastpath.scan_registration(data, table_path(version), previous)
+                                          or (None, None, 0, None))
         table, servers = _decode_json_body(data, version, TopicQueueTable.from_dict, value)
         table.entries, table.omitted, table.omitted_since = entries, omitted, previous if omitted else None
+        table.facts = facts
         return table, servers
     body = RegisterBrokerBody.decode(data, compressed, version)
     return TopicQueueTable.of(body.wrapper), body.filter_server_list

@@ -17,11 +17,14 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from namesrv.fastpath.registration import QueueFacts
 from namesrv.routeinfo.model import Registrant
 
-#: RocketMQ's TopicValidator: TOPIC_MAX_LENGTH and the allowed characters.
+#: RocketMQ's TopicValidator: TOPIC_MAX_LENGTH and the allowed characters (a regex class).
 TOPIC_MAX_LENGTH = 127
-_TOPIC = re.compile(r"[%%|a-zA-Z0-9_-]{1,%d}" % TOPIC_MAX_LENGTH)
+TOPIC_CHARACTERS = "%|a-zA-Z0-9_-"
+_TOPIC = re.compile(f"[{TOPIC_CHARACTERS}]{{1,{TOPIC_MAX_LENGTH}}}")
+_TOPIC_CHARACTERS = re.compile(f"[{TOPIC_CHARACTERS}]*")
 #: PermName: PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT.
 PERM_BITS = 0b1111
 #: Broker and cluster names, broker and HA addresses.
@@ -53,6 +56,15 @@ def check_topic(topic: Any) -> None:
         shown = topic[:64] if isinstance(topic, str) else topic
         raise IllegalRoute(f"topic {shown!r} is illegal: allowing only ^[%|a-zA-Z0-9_-]+$ of at most "
                            f"{TOPIC_MAX_LENGTH} characters")
+
+
+def queues_within(facts: QueueFacts, max_queue_nums: int) -> bool:
+    """Would `check_queues` pass every entry `facts` sums up (fastpath.scan_registration's)?
+    Exactly when it would: each rule bounds one field of one entry, so the extremes decide, and a
+    large table is checked without a look at each of its entries."""
+    characters, shortest, longest, fewest, most, perm_bits = facts
+    return (_TOPIC_CHARACTERS.fullmatch(characters) is not None and 1 <= shortest and longest <= TOPIC_MAX_LENGTH
+            and 0 <= fewest and most <= max_queue_nums and not perm_bits & ~PERM_BITS)
 
 
 def check_queues(queues: Iterable[tuple[str, int, int, int, int]], max_queue_nums: int) -> None:
