@@ -310,3 +310,14 @@ def test_the_extension_sums_up_a_broker_s_table_it_read_without_the_lock():
 
 def facts_of(data: bytes) -> tuple | None:
     return reference_facts(list(full(data).values()))
+
+
+def test_members_shorter_than_a_note_are_read_with_the_lock_held(twin):
+    """The pre-scan stops at a member shorter than what it notes of one, so its notes stay within
+    the body's size whatever the body; the members are then read as before."""
+    tiny = [f'"k{i}":{i % 10}' for i in range(20_000)]  # past GIL_FREE_BYTES
+    data = body(tiny)
+    value, entries, _ = scan(twin, data)
+    assert table(value) == full(data)
+    value, _, omitted = scan(twin, body(tiny, 2), entries)
+    assert omitted == len(tiny) and table(value) == {}

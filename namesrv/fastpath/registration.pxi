@@ -721,6 +721,9 @@ cdef void _prescan(_Json j, const _Digests *d, _Plains *plains) noexcept nogil:
         if not member.omitted:
             if not _plain_member(&j, member, d != NULL):
                 return
+        if j.pos - member.start < <Py_ssize_t>sizeof(_Plain):
+            return  # a note no larger than its member: the notes never outgrow the body
+        if not member.omitted:
             _note_facts(&plains.facts, member, j.p)
         member.end = j.pos
         _skip_ws(&j)
