@@ -33,6 +33,7 @@ cdef extern from "Python.h":
     Py_ssize_t PyUnicode_GET_LENGTH(object text)
     const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
     long long PyLong_AsLongLongAndOverflow(object value, int *overflow) except? -1
+    dict _PyDict_NewPresized(Py_ssize_t minused)
 
 
 import os

@@ -626,6 +626,7 @@ cdef dict _table(_Json *j, int depth):
     if depth + 2 <= JSON_MAX_DEPTH and j.end - j.pos >= GIL_FREE_BYTES:  # attributes nest two deeper
         with nogil:
             _prescan(j[0], d, &plains)
+        out = _PyDict_NewPresized(plains.count)  # not grown (and rehashed) a dozen times
     try:
         while True:
             if _peek(j) != 34:
