@@ -22,7 +22,7 @@ from namesrv.processor import RequestProcessor
 from namesrv.protocol import (DataVersion, QueueData, RegisterBrokerBody, RemotingCommand, RequestCode, ResponseCode,
                               TopicConfig, TopicConfigSerializeWrapper, TopicRouteData)
 from namesrv.routeinfo import RouteInfoManager
-from namesrv.routeinfo.route_input import IllegalRoute, check_queues, queues_within
+from namesrv.routeinfo.route_input import IllegalRoute, check_queues, check_queues_summed, queues_within
 
 BROKER = Channel("tcp", b"broker-1", "10.0.0.1:50000")
 MASTER = {"clusterName": "C", "brokerName": "b1", "brokerAddr": "10.0.0.1:10911", "brokerId": "0",
@@ -197,13 +197,20 @@ NAME_CHARACTERS = "aZ09%|_-.\n é" + "T"
                 min_size=1, max_size=20),
        st.sampled_from([0, 8, 1024]))
 def test_summed_up_entries_pass_exactly_when_each_entry_passes(rows, max_queue_nums):
-    """`queues_within` on a decode's facts decides as `check_queues` on each entry would."""
+    """`queues_within` on a decode's facts decides as `check_queues` on each entry would, and
+    `check_queues_summed` (a snapshot's restore) refuses with the same message."""
     try:
         check_queues(rows, max_queue_nums)
-        passes = True
-    except IllegalRoute:
-        passes = False
-    assert queues_within(reference_facts(rows), max_queue_nums) is passes
+        refusal = None
+    except IllegalRoute as exc:
+        refusal = str(exc)
+    assert queues_within(reference_facts(rows), max_queue_nums) is (refusal is None)
+    try:
+        check_queues_summed(rows, max_queue_nums)
+        summed = None
+    except IllegalRoute as exc:
+        summed = str(exc)
+    assert summed == refusal
 
 
 def test_a_body_its_facts_refuse_is_refused_with_the_entry_s_rule(server):

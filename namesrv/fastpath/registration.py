@@ -151,11 +151,13 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
     entries, omitted = read
     for key in omitted:
         del table[key]
-    return obj, entries, len(omitted), _queue_facts(table.values())
+    return obj, entries, len(omitted), queue_facts(table.values())
 
 
-def _queue_facts(rows: Collection[object]) -> QueueFacts | None:
-    """QueueFacts of a table's queue-fields tuples; None if it has none, or anything else."""
+def queue_facts(rows: Collection[object]) -> QueueFacts | None:
+    """QueueFacts of queue-fields tuples (topic names str, the rest ints); None if there are none,
+    or anything else among them. The one definition of the facts (the twin's scanner sums up the
+    same as it reads)."""
     if not rows or any(type(row) is not tuple for row in rows):
         return None
     names = [row[0] for row in rows]
