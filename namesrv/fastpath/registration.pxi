@@ -195,6 +195,23 @@ cdef struct _Digests:
     bint facts_cover    # ... which were all the entries read
 
 
+cdef inline uint64_t _key_length_word(const unsigned char *key, Py_ssize_t key_length, Py_ssize_t span) noexcept nogil:
+    """`_Entry.key_length` of a member whose key content is key[0:key_length] and whose bytes
+    (key to closing brace) are `span` long."""
+    return ((_digest(key, key_length) >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
+            | (<uint64_t>span if span < (1 << ENTRY_LENGTH_BITS) else 0))
+
+
+cdef inline Py_ssize_t _unchanged_span(const _Entry *before, const unsigned char *p, Py_ssize_t pos,
+                                       Py_ssize_t end) noexcept nogil:
+    """The length of the member at p[pos] when its bytes are those of `before` (the previous
+    registration's entry at its place), else 0."""
+    cdef Py_ssize_t span = <Py_ssize_t>(before.key_length & ((1 << ENTRY_LENGTH_BITS) - 1))
+    if 0 < span <= end - pos and _digest(p + pos, span) == before.digest:
+        return span
+    return 0
+
+
 cdef struct _Json:
     const unsigned char *p
     Py_ssize_t pos
@@ -492,18 +509,12 @@ cdef inline object _number(_Json *j):
 
 cdef inline object _small_number(_Json *j):
     """`_number` for what topic entries hold: a non-negative integer of at most 9 digits is read
-    here; anything else (a sign, a longer one, a leading zero, a fraction) goes to `_number`."""
-    cdef const unsigned char *p = j.p
-    cdef Py_ssize_t pos = j.pos, limit = j.pos + 9 if j.end - j.pos > 9 else j.end
-    cdef long value = 0
-    while pos < limit and 48 <= p[pos] <= 57:
-        value = value * 10 + (p[pos] - 48)
-        pos += 1
-    if (pos == j.pos or pos == j.end or 48 <= p[pos] <= 57 or p[pos] == 46 or p[pos] == 101 or p[pos] == 69
-            or (p[j.pos] == 48 and pos - j.pos > 1)):
-        return _number(j)
-    j.pos = pos
-    return PyLong_FromLong(value)
+    by `_plain_number`; anything else (a sign, a longer one, a leading zero, a fraction) goes to
+    `_number`."""
+    cdef long value
+    if _plain_number(j, &value):
+        return PyLong_FromLong(value)
+    return _number(j)
 
 
 cdef object _value(_Json *j, int depth):
@@ -656,8 +667,8 @@ cdef dict _table(_Json *j, int depth):
                 continue
             if d != NULL and index < d.previous_count:
                 before = d.previous + index
-                span = <Py_ssize_t>(before.key_length & ((1 << ENTRY_LENGTH_BITS) - 1))
-                if 0 < span <= j.end - entry_start and _digest(j.p + entry_start, span) == before.digest:
+                span = _unchanged_span(before, j.p, entry_start, j.end)
+                if span:
                     _note_entry(d, before.digest, before.key_length)
                     d.omitted += 1
                     j.pos = entry_start + span
@@ -677,9 +688,7 @@ cdef dict _table(_Json *j, int depth):
                 if flags & STR_ESCAPED:
                     d.escaped_key = True
                 span = j.pos - entry_start
-                _note_entry(d, _digest(j.p + entry_start, span),
-                            (_digest(j.p + start, length) >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
-                            | (<uint64_t>span if span < (1 << ENTRY_LENGTH_BITS) else 0))
+                _note_entry(d, _digest(j.p + entry_start, span), _key_length_word(j.p + start, length, span))
             out[key] = value
             index += 1
             if not _more(j, 125):
@@ -714,9 +723,8 @@ cdef void _prescan(_Json j, const _Digests *d, _Plains *plains) noexcept nogil:
         member.start = j.pos
         member.omitted = False
         if d != NULL and index < d.previous_count:
-            before = d.previous + index
-            span = <Py_ssize_t>(before.key_length & ((1 << ENTRY_LENGTH_BITS) - 1))
-            if 0 < span <= j.end - j.pos and _digest(j.p + j.pos, span) == before.digest:
+            span = _unchanged_span(d.previous + index, j.p, j.pos, j.end)
+            if span:
                 member.omitted = True
                 j.pos += span
         if not member.omitted:
@@ -822,9 +830,7 @@ cdef bint _plain_member(_Json *j, _Plain *member, bint digests) noexcept nogil:
     if digests:
         span = j.pos - member.start
         member.digest = _digest(j.p + member.start, span)
-        member.key_digest_length = ((_digest(j.p + member.key_start, member.key_length)
-                                     >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
-                                    | (<uint64_t>span if span < (1 << ENTRY_LENGTH_BITS) else 0))
+        member.key_digest_length = _key_length_word(j.p + member.key_start, member.key_length, span)
     return True
 
 
@@ -1177,7 +1183,7 @@ cdef Py_ssize_t _members(_Json *j, int depth) except -2:
                 raise _NotForMe
             if flags:
                 _string_object(j.p + start, length, flags)  # UTF-8 checked by decoding, as orjson does
-            _note_entry(&d, 0, _digest(j.p + start, length) >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
+            _note_entry(&d, 0, _key_length_word(j.p + start, length, 0))
             _expect(j, 58)
             _skip_value(j, depth)
             if not _more(j, 125):
