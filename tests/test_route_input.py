@@ -16,6 +16,7 @@ from fastpath_cases import reference_facts
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.fastpath import body_crc32
+from namesrv.fastpath.registration import queue_facts
 from namesrv.kvconfig import KVConfigManager
 from namesrv.logsetup import EscapeControlCharacters, setup_logging
 from namesrv.processor import RequestProcessor
@@ -206,7 +207,7 @@ def test_summed_up_entries_pass_exactly_when_each_entry_passes(rows, max_queue_n
         refusal = str(exc)
     assert queues_within(reference_facts(rows), max_queue_nums) is (refusal is None)
     try:
-        check_queues_summed(rows, max_queue_nums)
+        check_queues_summed(queue_facts(rows), rows, max_queue_nums)
         summed = None
     except IllegalRoute as exc:
         summed = str(exc)

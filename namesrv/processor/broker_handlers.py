@@ -16,7 +16,7 @@ from namesrv.protocol.command import RemotingCommand, wire_string
 from namesrv.protocol.route import KVTable, RegisterBrokerResult
 from namesrv.protocol.topic import DataVersion, QueueFields, TopicQueueTable, decode_registration
 from namesrv.routeinfo import Registrant, RouteTableFull, StaleTopicEntries
-from namesrv.routeinfo.route_input import IllegalRoute, check_names, check_queues, queues_within
+from namesrv.routeinfo.route_input import IllegalRoute, check_names, check_queues_summed
 from namesrv.routeinfo.zones import ZONE_NAME
 
 log = logging.getLogger(__name__)
@@ -139,8 +139,7 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
     table, filter_servers = decode_registration(request.body, registration.compressed, request.version, previous)
     try:  # the topic entries left out as unchanged were checked when they came
         check_names(registrant)
-        if table.facts is None or not queues_within(table.facts, ctx.config.max_queue_nums_per_topic):
-            check_queues(table.topics.values(), ctx.config.max_queue_nums_per_topic)
+        check_queues_summed(table.facts, table.topics.values(), ctx.config.max_queue_nums_per_topic)
     except IllegalRoute as exc:
         log.warning("REGISTER_BROKER of %s from %s refused: %s", registrant.broker_addr, channel, exc)
         return request.make_response(ResponseCode.SYSTEM_ERROR, f"register broker failed: {exc}")

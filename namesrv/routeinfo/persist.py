@@ -51,6 +51,7 @@ import msgpack
 
 from namesrv.config import NamesrvConfig
 from namesrv.errors import ProtocolError
+from namesrv.fastpath.registration import queue_facts
 from namesrv.files import private_copy, write_atomically
 from namesrv.protocol.codes import INT32_MAX, INT32_MIN
 from namesrv.protocol.route import BrokerData, QueueData
@@ -314,7 +315,7 @@ def _check_routes(routes: Any, max_queue_nums: int) -> None:
                 raise SnapshotError(f"queues[{i}] ({topic!r}): {str(row)[:120]} is not [brokerName of a group, "
                                     "readQueueNums, writeQueueNums, perm, topicSysFlag (32-bit integers)]")
             queues.append((topic, row[1], row[2], row[3], row[4]))
-    check_queues_summed(queues, max_queue_nums)
+    check_queues_summed(queue_facts(queues), queues, max_queue_nums)
 
 
 #: A registrant with no name in it: `_name` checks one at a time with the registration's own rule.

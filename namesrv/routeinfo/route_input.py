@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from namesrv.fastpath.registration import QueueFacts, queue_facts
+from namesrv.fastpath.registration import QueueFacts
 from namesrv.routeinfo.model import Registrant
 
 #: RocketMQ's TopicValidator: TOPIC_MAX_LENGTH and the allowed characters (a regex class).
@@ -67,10 +67,11 @@ def queues_within(facts: QueueFacts, max_queue_nums: int) -> bool:
             and 0 <= fewest and most <= max_queue_nums and not perm_bits & ~PERM_BITS)
 
 
-def check_queues_summed(queues: list[tuple[str, int, int, int, int]], max_queue_nums: int) -> None:
-    """`check_queues` for many entries at once: their facts decide, and only entries they refuse
-    are walked, for the first offender's message."""
-    facts = queue_facts(queues)
+def check_queues_summed(facts: QueueFacts | None, queues: Iterable[tuple[str, int, int, int, int]],
+                        max_queue_nums: int) -> None:
+    """`check_queues`, decided on `facts` (what `queues` hold, summed up: a decode's, or
+    fastpath.registration.queue_facts of a snapshot's entries): only entries the facts refuse, or
+    that have none, are walked, for the first offender's message."""
     if facts is None or not queues_within(facts, max_queue_nums):
         check_queues(queues, max_queue_nums)
 
