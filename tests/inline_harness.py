@@ -1,6 +1,8 @@
 """A sans-IO server for the inline-path tests: the processor and its route table on a settable clock."""
 from __future__ import annotations
 
+import time
+
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
@@ -25,7 +27,7 @@ class InlineServer:
                                           inline_writes=inline_writes)
 
     def inline(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand | None:
-        return self.processor.inline.answer(frame, channel)
+        return self.processor.inline.answer(frame, channel, time.monotonic())
 
     def regular(self, frame: bytes, channel: Channel) -> bytes:
         return self.processor.process(RemotingCommand.decode(frame), channel).encode()

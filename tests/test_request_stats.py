@@ -108,3 +108,37 @@ def test_worker_views_merge_into_one_server_summed_except_what_every_worker_hold
     assert merged["namesrv_threads"] == {("namesrv_threads", ()): 75}
     assert merged["namesrv_brokers"] == {("namesrv_brokers", ()): 4}  # replicated: worker 0's, not 11
     assert merged["process_start_time_seconds"] == {("process_start_time_seconds", ()): 990.0}
+
+
+def test_the_inline_path_counts_each_write_as_it_answers_it_alone_or_among_route_queries(tmp_path) -> None:
+    """A broker's write is counted in its own slot as it is answered, with its latency: alone in its
+    chunk (answered without the route path), or among route queries (answered in the per-frame
+    loop); the answer is the same bytes either way."""
+    server = InlineServer(tmp_path)
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper({t: TopicConfig(t, 4, 4) for t in "TU"},
+                                                     DataVersion(1, 1, 0))).encode()
+    broker = {"brokerName": "broker-a", "brokerAddr": "127.0.0.1:10911", "clusterName": "C", "brokerId": 0,
+              "haServerAddr": "127.0.0.1:10912", "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}
+    answer = server.processor.process(RemotingCommand.request(RequestCode.REGISTER_BROKER, broker, body=body), CLIENT)
+    assert answer.code == ResponseCode.SUCCESS
+    query = RemotingCommand.request(ROUTE, {"topic": "T"}, opaque=1).encode()[4:]
+    server.regular(query, CLIENT)  # cached from now on
+    inline = server.processor.inline
+    key = {"clusterName": "C", "brokerAddr": "127.0.0.1:10911"}
+
+    def beat(opaque: int) -> bytes:
+        return RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, key, opaque=opaque).encode()[4:]
+
+    asked = RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, key, DataVersion(1, 1, 0).encode(),
+                                    opaque=9).encode()[4:]
+    assert type(inline.answer(beat(2), CLIENT, time.monotonic())) is bytes  # its header is known from now on
+    arrived = time.monotonic() - 0.003
+    alone = [inline.answer_all([beat(opaque)], CLIENT, arrived) for opaque in (3, 4)]
+    mixed = inline.answer_all([query, beat(3), asked, query, beat(4)], CLIENT, arrived)
+    assert [replies for replies, _ in alone] == [mixed[0][1:2], mixed[0][4:5]] and mixed[1] == []
+    assert RemotingCommand.decode(mixed[0][2][4:]).ext_fields == {"changed": "false"}
+    counts = {key: slot.count for key, slot in inline.tally.slots.items() if slot.count}
+    assert counts == {(RequestCode.BROKER_HEARTBEAT, ResponseCode.SUCCESS, FAST_PATH): 5,
+                      (RequestCode.QUERY_DATA_VERSION, ResponseCode.SUCCESS, FAST_PATH): 1,
+                      (ROUTE, ResponseCode.SUCCESS, FAST_PATH): 2}
+    assert inline.tally.latency[RequestCode.BROKER_HEARTBEAT][LATENCY_BOUNDS.index(0.005)] == 4

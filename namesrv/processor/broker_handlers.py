@@ -226,14 +226,15 @@ class BrokerKey(NamedTuple):
 def _prepare_data_version_query(ctx: HandlerContext, request: RemotingCommand, channel: Channel,
                                 hints: Hints) -> Change:
     cluster_name, broker_addr = request.typed_header(BrokerKey)
-    version = DataVersion.decode(request.body) if request.body else None
-    return cluster_name, broker_addr, None if version is None else tuple(version)
+    return cluster_name, broker_addr, DataVersion.decode(request.body) if request.body else None
 
 
 def _apply_data_version_query(ctx: HandlerContext, change: Change,
                               channel: Channel) -> tuple[bool, DataVersion | None]:
     cluster_name, broker_addr, version = change
-    return ctx.routes.query_data_version(cluster_name, broker_addr, None if version is None else DataVersion(*version))
+    if version is not None and type(version) is not DataVersion:  # after the write log's round trip: a list
+        version = DataVersion(*version)
+    return ctx.routes.query_data_version(cluster_name, broker_addr, version)
 
 
 def _answer_data_version_query(ctx: HandlerContext, request: RemotingCommand,

@@ -33,7 +33,7 @@ from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
 from namesrv.protocol.json_header import decode_json_header
-from namesrv.request_stats import FAST_PATH, AnswerSlot, RequestTally
+from namesrv.request_stats import FAST_PATH, RequestTally
 
 #: The route query's codes, as plain ints (an IntEnum member costs more to look up and hash).
 _ROUTE_QUERY = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
@@ -72,25 +72,23 @@ Inline = RouteQuery | PreparedWrite | None
 
 
 class InlineAnswers:
-    """`answer(frame, channel)`: the whole response frame, or the request to dispatch (decoded, or None:
-    decode it). Reactor thread only. What it answers is counted in `tally` by `answer_all`, once
-    per chunk: one clock reading, whatever the number of frames."""
+    """`answer(frame, channel, arrived)`: the whole response frame, or the request to dispatch
+    (decoded, or None: decode it). Reactor thread only. What it answers is counted in `tally`: a
+    chunk's route queries at once by `answer_all` (one clock reading, whatever the number of
+    frames), a write by `WriteFastPath` as it is answered (no per-chunk table)."""
 
     def __init__(self, ctx: HandlerContext, processor: Processor, registrations: bool = True) -> None:
         """`registrations=False`: registrations are only read here, never applied (worker processes
         apply every write in the write log's order, namesrv.writelog)."""
-        self.route_queries = RouteQueryFastPath(ctx)
-        self.writes = WriteFastPath(processor) if registrations else None
-        self.seen: SeenHeaders[Inline] = SeenHeaders(HeaderReader())
         #: The answers given here (namesrv.request_stats; the controller counts it in the server's totals).
         self.tally = RequestTally()
-        #: Answers given since the last count: route queries, and writes by (request code, response code).
+        self.route_queries = RouteQueryFastPath(ctx)
+        self.writes = WriteFastPath(processor, self.tally, applies=registrations)
+        self.seen: SeenHeaders[Inline] = SeenHeaders(HeaderReader())
+        #: Route queries answered since the last count (a chunk's are counted at once).
         self._routes_answered = 0
-        self._writes_answered: dict[tuple[int, int], int] = {}
         #: Kept: counting a chunk of cached route answers must cost no more than the clock reading.
         self._route_slot = self.tally.slot(_ROUTE_QUERY, _SUCCESS, FAST_PATH)
-        #: The slots of the writes answered here, by (request code, response code): as kept.
-        self._write_slots: dict[tuple[int, int], AnswerSlot] = {}
 
     def answer_all(self, frames: list[bytes], channel: Channel,
                    arrived: float) -> tuple[list[bytes], list[RemotingCommand]]:
@@ -104,12 +102,14 @@ class InlineAnswers:
         """
         keys, opaques = fastpath.json_opaque_keys(frames)
         known = self.seen.json.table.get
+        single = known(keys[0]) if len(keys) == 1 else None
+        if type(single) is PreparedWrite:  # a broker's write, alone in its chunk: no route path, no loop
+            reply = self.writes.answer(frames[0], opaques[0], single.request, channel, arrived)
+            return ([reply], []) if type(reply) is bytes else ([], [reply])
         routes = self.route_queries
         replies: list[bytes] = []
         bodies = None
-        # A chunk of one frame that is no route query (a broker's write) skips the route path.
-        single = known(keys[0]) if len(keys) == 1 else None
-        if (single is None or type(single) is RouteQuery) and routes.serving():
+        if routes.serving():
             bodies = routes.cached_bodies(map(known, keys) if single is None else (single,))
             replies = fastpath.stamp_frames(routes.json.head, routes.json.tail, opaques, bodies)
             self._routes_answered += len(replies)
@@ -124,37 +124,28 @@ class InlineAnswers:
                 continue  # answered above
             what = known(keys[index])
             if type(what) is PreparedWrite:
-                reply = self._write(frame, channel, opaques[index], what)
+                reply = self.writes.answer(frame, opaques[index], what.request, channel, arrived)
             else:
-                reply = self.answer(frame, channel)
+                reply = self.answer(frame, channel, arrived)
             if reply is None:
                 commands.append(RemotingCommand.decode(frame))
             elif type(reply) is bytes:
                 replies.append(reply)
             else:
                 commands.append(reply)  # decoded here, left to the regular path
-        if replies:
+        if self._routes_answered:
             self._count(arrived)
         return replies, commands
 
     def _count(self, arrived: float) -> None:
-        """Count the answers given since the last count as queued now."""
-        seconds = time.monotonic() - arrived
-        if self._routes_answered:
-            self._route_slot.add(seconds, self._routes_answered)
-            self._routes_answered = 0
-        if self._writes_answered:
-            slots = self._write_slots
-            for key, count in self._writes_answered.items():
-                slot = slots.get(key)
-                if slot is None:
-                    slot = slots[key] = self.tally.slot(key[0], key[1], FAST_PATH)
-                slot.add(seconds, count)
-            self._writes_answered.clear()
+        """Count the route queries answered since the last count as queued now."""
+        self._route_slot.add(time.monotonic() - arrived, self._routes_answered)
+        self._routes_answered = 0
 
-    def answer(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand | None:
-        """`frame` as split_frames yields it (no length prefix). A registration that is not answered
-        here is handed back decoded: the regular path need not decode it again."""
+    def answer(self, frame: bytes, channel: Channel, arrived: float) -> bytes | RemotingCommand | None:
+        """`frame` as split_frames yields it (no length prefix), taken off the socket at `arrived`.
+        A registration that is not answered here is handed back decoded: the regular path need not
+        decode it again. A route query answered here is counted with its chunk (`_count`)."""
         if len(frame) < 4:
             return None
         field = INT32.unpack_from(frame)[0]
@@ -171,23 +162,7 @@ class InlineAnswers:
             if reply is not None:
                 self._routes_answered += 1
             return reply
-        return self._write(frame, channel, opaque, what)
-
-    def _write(self, frame: bytes, channel: Channel, opaque: int, what: PreparedWrite) -> bytes | RemotingCommand:
-        """A write's frame whose header reads as `what` with `opaque`: its answer, or the request (for
-        an executor)."""
-        body_at = 4 + (INT32.unpack_from(frame)[0] & HEADER_LENGTH_MASK)
-        # The body as a view of the frame: a registration's repeat is recognised, a changed body
-        # decoded, without copying it.
-        body = memoryview(frame)[body_at:] if len(frame) > body_at else None
-        if self.writes is None:
-            return what.request.derive(opaque, body, len(frame))
-        answered = self.writes.answer(what.request, opaque, body, len(frame), channel)
-        if answered is None:
-            return what.request.derive(opaque, body, len(frame))
-        reply, key, _ = answered
-        self._writes_answered[key] = self._writes_answered.get(key, 0) + 1
-        return reply
+        return self.writes.answer(frame, opaque, what.request, channel, arrived)
 
 
 class HeaderReader:

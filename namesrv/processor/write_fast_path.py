@@ -22,15 +22,17 @@ emptied when full.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, NamedTuple, Protocol
 
 from namesrv.caches import BoundedMemo
 from namesrv.channel import Channel
 from namesrv.processor.context import Hints
 from namesrv.processor.requests import REQUESTS
-from namesrv.processor.seen_headers import OpaqueTemplate
+from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, OpaqueTemplate
 from namesrv.protocol.codes import ResponseCode
 from namesrv.protocol.command import RemotingCommand
+from namesrv.request_stats import FAST_PATH, AnswerSlot, RequestTally
 
 #: Bounds of the remembered response headers (distinct codecs and header fields answered: master and HA
 #: addresses, a data-version query's "changed"; emptied when full).
@@ -69,48 +71,78 @@ class Replay(NamedTuple):
     outcome: object
     template: OpaqueTemplate
     response_body: bytes | None
-    counted: tuple[int, int]
+    counted: AnswerSlot
 
 
-#: A write answered here: (the response frame, (request code, response code), the template of its
+#: A write answered here: (the response frame, the tally slot it is counted in, the template of its
 #: header, None unless it is a plain SUCCESS).
-Answered = tuple[bytes, tuple[int, int], OpaqueTemplate | None]
+Answered = tuple[bytes, AnswerSlot, OpaqueTemplate | None]
 
 
 class WriteFastPath:
-    """`answer(...)`: a write answered here (`Answered`); None: not answered here (reactor thread only)."""
+    """`answer(...)`: a write's frame answered here (the response frame, counted), or the request to
+    dispatch (reactor thread only)."""
 
-    def __init__(self, processor: Processor) -> None:
+    def __init__(self, processor: Processor, tally: RequestTally, applies: bool = True) -> None:
+        """`tally`: where the answers are counted (a kept replay holds its slot: looked up once, not
+        per answer). `applies=False`: writes are only read here, never applied (every request is
+        handed back: worker processes apply writes in the write log's order, namesrv.writelog)."""
         self._processor = processor
+        self._tally = tally
+        self._applies = applies
         self.templates: BoundedMemo[tuple[int, bool, tuple[tuple[str, str], ...]], OpaqueTemplate] = BoundedMemo(
             TEMPLATES, TEMPLATE_BYTES)
         #: By `id(Replay.request)`: the replay holds the request, so no other object has its id meanwhile.
         self.replays: BoundedMemo[int, Replay] = BoundedMemo(REPLAYS, REPLAY_BYTES)
 
-    def answer(self, prepared: RemotingCommand, opaque: int, body: memoryview | None, size: int,
-               channel: Channel) -> Answered | None:
-        """The request `prepared` (a header read before: its `PreparedWrite.request`) with `opaque`
-        and `body`, `size` bytes on the wire, through the regular path; a replayable write's from
-        its `Replay` when it has the replay's body and outcome."""
+    def answer(self, frame: bytes, opaque: int, prepared: RemotingCommand, channel: Channel,
+               arrived: float) -> bytes | RemotingCommand:
+        """The write in `frame` (as split_frames yields it), whose header was read before as
+        `prepared` (its `PreparedWrite.request`) with `opaque`, taken off the socket at `arrived`:
+        its response frame, counted, when the regular path answers it here (a replayable write's
+        from its `Replay` when it has the replay's body and outcome); else the request, for an
+        executor."""
+        size = len(frame)
+        body_at = 4 + (INT32.unpack_from(frame)[0] & HEADER_LENGTH_MASK)
+        # The body as a view of the frame: a registration's repeat is recognised, a changed body
+        # decoded, without copying it.
+        body = memoryview(frame)[body_at:] if size > body_at else None
+        if not self._applies:
+            return prepared.derive(opaque, body, size)
         if prepared.code not in _REPLAYABLE or (body is not None and len(body) > REPLAY_BODY_BYTES):
             request = prepared.derive(opaque, body, size)
             response = self._processor.process(request, channel, inline=True)
-            return None if response is None else self._encoded(request, response)
-        processor = self._processor
-        data = None if body is None else bytes(body)
-        replay = self.replays.table.get(id(prepared))
-        if replay is not None and replay.body == data:
-            change = replay.change
-            outcome = processor.apply(prepared.code, change, channel)
-            if outcome == replay.outcome:
-                return replay.template.frame(opaque, replay.response_body), replay.counted, replay.template
-            request = prepared.derive(opaque, data, size)
+            if response is None:
+                return request
+            answered = self._encoded(request, response)
         else:
-            request = prepared.derive(opaque, data, size)
+            data = None if body is None else bytes(body)
+            replay = self.replays.table.get(id(prepared))
+            if replay is not None and replay.body == data:
+                outcome = self._processor.apply(prepared.code, replay.change, channel)
+                if outcome == replay.outcome:
+                    replay.counted.add(time.monotonic() - arrived)
+                    return replay.template.frame(opaque, replay.response_body)
+                answered = self._replayable(prepared, opaque, data, size, channel, (replay.change, outcome))
+            else:
+                answered = self._replayable(prepared, opaque, data, size, channel)
+        answered[1].add(time.monotonic() - arrived)
+        return answered[0]
+
+    def _replayable(self, prepared: RemotingCommand, opaque: int, data: bytes | None, size: int, channel: Channel,
+                    applied: tuple[Any, object] | None = None) -> Answered:
+        """A replayable write answered through the regular path's steps (`applied`: its change and
+        the outcome of applying it, when a kept replay's change was applied with another outcome);
+        its answer is kept as its `Replay`."""
+        processor = self._processor
+        request = prepared.derive(opaque, data, size)
+        if applied is None:
             change = processor.prepare(request, channel, Hints.INLINE)
             if type(change) is RemotingCommand:
                 return self._encoded(request, change)
             outcome = processor.apply(request.code, change, channel)
+        else:
+            change, outcome = applied
         response = processor.answer(request, outcome)
         answered = self._encoded(request, response)
         template = answered[2]
@@ -120,15 +152,16 @@ class WriteFastPath:
         return answered
 
     def _encoded(self, request: RemotingCommand, response: RemotingCommand) -> Answered:
-        """(the response frame, (request code, response code), its header template); a plain SUCCESS
-        answer is written from a template of its header (None for any other answer)."""
+        """(the response frame, its tally slot, its header template); a plain SUCCESS answer is
+        written from a template of its header (None for any other answer)."""
         code = response.code
+        counted = self._tally.slot(request.code, code, FAST_PATH)
         if code != _SUCCESS or response.remark is not None:
-            return response.encode(), (request.code, code), None
+            return response.encode(), counted, None
         ext_fields = response.ext_fields
         key = (response.serialize_type, ext_fields is None, tuple(sorted(ext_fields.items())) if ext_fields else ())
         template = self.templates.table.get(key)
         if template is None:
             template = OpaqueTemplate(response)
             self.templates.remember(key, template, 2 * sum(len(k) + len(v) for k, v in key[2]))
-        return template.frame(response.opaque, response.body), (request.code, code), template
+        return template.frame(response.opaque, response.body), counted, template
