@@ -10,6 +10,8 @@ against a twin server that takes every request the regular way.
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +20,7 @@ from inline_harness import InlineServer
 from namesrv.channel import Channel
 from namesrv.fastpath import body_crc32
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
+from namesrv.processor.seen_headers import OpaqueTemplate
 from namesrv.protocol import (DataVersion, RegisterBrokerBody, RemotingCommand, RequestCode, ResponseCode,
                               SerializeType, TopicConfig, TopicConfigSerializeWrapper)
 from namesrv.protocol.codes import FLAG_ONEWAY, Version
@@ -355,3 +358,50 @@ def test_replayed_heartbeats_and_queries_answer_as_the_regular_path_whatever_cha
             assert inline
             replayed.append(sum(replay.request.code == command.code for replay in replays.table.values()))
     assert replayed and all(count == 1 for count in replayed)  # each header's last answer is kept
+
+
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_a_chunk_of_one_pipelined_write_is_answered_as_the_regular_path_answers_each(tmp_path, serialize_type):
+    """A broker pipelining one heartbeat or data-version query sends a chunk whose frames differ in
+    their opaque only: answered at once from the kept replay (the change applied once: they arrived
+    together), with the bytes the regular path gives each frame. A run whose outcome moved since the
+    replay was kept, or whose bodies differ, is answered the same way as frames one by one."""
+    twins = Twins(tmp_path)
+    twins.send(registration(serialize_type=serialize_type))
+
+    def frames(code: int, data: bytes | None, opaques, bodies=None) -> list[bytes]:
+        made = []
+        for index, opaque in enumerate(opaques):
+            command = RemotingCommand.decode(liveness(code, MASTER, bodies[index] if bodies else data))
+            command.opaque, command.serialize_type = opaque, serialize_type
+            made.append(command.encode()[4:])
+        return made
+
+    def chunk(sent: list[bytes]) -> None:
+        for server in (twins.inline, twins.twin):
+            server.now += 1_000
+        replies, commands = twins.inline.processor.inline.answer_all(sent, BROKER, time.monotonic())
+        assert commands == [] and replies == [twins.twin.regular(frame) for frame in sent]
+        assert twins.inline.routes.snapshot() == twins.twin.routes.snapshot()
+        assert twins.inline.live(MASTER).last_update_timestamp == twins.inline.now
+
+    asked, moved = DataVersion(1, 1).encode(), DataVersion(2, 9).encode()
+    opaques = [5, 1_000_000, -7, 2 ** 31 - 1]
+    for code, data in ((RequestCode.BROKER_HEARTBEAT, None), (RequestCode.QUERY_DATA_VERSION, asked)):
+        chunk(frames(code, data, [1]))  # its header and replay are kept from now on
+        chunk(frames(code, data, opaques))
+        chunk(frames(code, data, [9, 10]))
+    twins.send(registration(data=body(counter=2), serialize_type=serialize_type))  # the kept outcome moves
+    chunk(frames(RequestCode.QUERY_DATA_VERSION, asked, opaques))
+    chunk(frames(RequestCode.QUERY_DATA_VERSION, None, opaques, [asked, moved, asked, asked]))  # bodies differ
+    chunk(frames(RequestCode.QUERY_DATA_VERSION, asked, opaques))
+
+
+def test_a_template_stamps_a_run_of_opaques_as_it_stamps_each():
+    """`OpaqueTemplate.frames` (one stamping call for a JSON header) is `frame` for each opaque."""
+    for serialize_type in (SerializeType.JSON, SerializeType.ROCKETMQ):
+        request = RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, serialize_type=serialize_type)
+        template = OpaqueTemplate(request.make_response(ResponseCode.SUCCESS, ext_fields={"changed": "false"}))
+        opaques = [0, 1, -1, 2 ** 31 - 1, -(2 ** 31), 123456]
+        for data in (None, b"", DataVersion(3, 4).encode()):
+            assert template.frames(opaques, data) == [template.frame(opaque, data) for opaque in opaques]

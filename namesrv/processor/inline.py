@@ -97,15 +97,22 @@ class InlineAnswers:
 
         Every frame's JSON header key and opaque are read in one scan and looked up at once. Route
         queries answered from the cache, most of the traffic, are answered for the whole chunk in
-        one stamping call; a registration whose header was seen before goes to its path with the
+        one stamping call; so is a chunk of one replayed write (a broker pipelining its heartbeats:
+        `WriteFastPath.answer_run`); a write whose header was seen before goes to its path with the
         header already read; the other frames go through `answer` one by one.
         """
         keys, opaques = fastpath.json_opaque_keys(frames)
         known = self.seen.json.table.get
-        single = known(keys[0]) if len(keys) == 1 else None
-        if type(single) is PreparedWrite:  # a broker's write, alone in its chunk: no route path, no loop
-            reply = self.writes.answer(frames[0], opaques[0], single.request, channel, arrived)
-            return ([reply], []) if type(reply) is bytes else ([], [reply])
+        first = known(keys[0])
+        if type(first) is PreparedWrite:
+            if len(keys) == 1:  # a broker's write, alone in its chunk: no route path, no loop
+                reply = self.writes.answer(frames[0], opaques[0], first.request, channel, arrived)
+                return ([reply], []) if type(reply) is bytes else ([], [reply])
+            if keys.count(keys[0]) == len(keys):  # one header throughout: a run of one write
+                replies = self.writes.answer_run(frames, opaques, first.request, channel, arrived)
+                if replies is not None:
+                    return replies, []
+        single = first if len(keys) == 1 else None
         routes = self.route_queries
         replies: list[bytes] = []
         bodies = None

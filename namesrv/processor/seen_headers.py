@@ -105,3 +105,9 @@ class OpaqueTemplate:
         """The whole response frame (an int32 opaque), length prefix included, as
         `RemotingCommand.encode` writes it."""
         return fastpath.stamp_frame(self.head, self.tail, opaque, body, self._serialize_field, self._binary)
+
+    def frames(self, opaques: list[int], body: bytes | None) -> list[bytes]:
+        """`frame(opaque, body)` for each of `opaques`: a JSON header's in one stamping call."""
+        if self._binary or self._serialize_field:
+            return [self.frame(opaque, body) for opaque in opaques]
+        return fastpath.stamp_frames(self.head, self.tail, opaques, [body or b""] * len(opaques))

@@ -18,7 +18,9 @@ body runs the handler's `apply` on the kept change and, when the outcome is the 
 is as known, its DataVersion as stored), sends the kept answer with the new opaque: the prepare
 and the encoding are not done again. Any other outcome is answered by the handler's `answer` and
 kept instead. The replays are a memo of their own (REPLAYS: two per broker of a full route table),
-emptied when full.
+emptied when full. Frames of one received chunk that repeat one such write (the same header and
+body, their opaques aside) arrived together: the kept change is applied once for them all and the
+kept answer stamped with each opaque, as a chunk of cached route queries is answered (`answer_run`).
 """
 from __future__ import annotations
 
@@ -128,6 +130,33 @@ class WriteFastPath:
                 answered = self._replayable(prepared, opaque, data, size, channel)
         answered[1].add(time.monotonic() - arrived)
         return answered[0]
+
+    def answer_run(self, frames: list[bytes], opaques: list[int], prepared: RemotingCommand, channel: Channel,
+                   arrived: float) -> list[bytes] | None:
+        """The answers of a chunk whose frames all carry the header `prepared` was read from (a
+        broker pipelining one write), with `opaques`, when it is a replayable write and each frame
+        carries its kept replay's body: the frames arrived together, so the change is applied once
+        for them all and the kept answer stamped with each opaque. None when that does not hold:
+        answer them one by one (`answer`)."""
+        if not self._applies or prepared.code not in _REPLAYABLE:
+            return None
+        replay = self.replays.table.get(id(prepared))
+        if replay is None:
+            return None
+        data = replay.body
+        length = 0 if data is None else len(data)
+        for frame in frames:
+            if len(frame) - 4 - (INT32.unpack_from(frame)[0] & HEADER_LENGTH_MASK) != length or (
+                    length and not frame.endswith(data)):
+                return None
+        outcome = self._processor.apply(prepared.code, replay.change, channel)
+        if outcome != replay.outcome:  # answered with this outcome, then the others one by one
+            answered = self._replayable(prepared, opaques[0], data, len(frames[0]), channel, (replay.change, outcome))
+            answered[1].add(time.monotonic() - arrived)
+            return [answered[0]] + [self.answer(frame, opaque, prepared, channel, arrived)
+                                    for frame, opaque in zip(frames[1:], opaques[1:])]
+        replay.counted.add(time.monotonic() - arrived, len(frames))
+        return replay.template.frames(opaques, replay.response_body)
 
     def _replayable(self, prepared: RemotingCommand, opaque: int, data: bytes | None, size: int, channel: Channel,
                     applied: tuple[Any, object] | None = None) -> Answered:
