@@ -10,7 +10,8 @@ its noise. Instructions do not depend on what else the machine runs. For each wo
 are rendered once here (bench/lib/fleet.py's broker of 100 topics) and replayed by a child Python
 of each checkout (its own `namesrv` and built extension) under `valgrind --tool=callgrind`,
 through `RequestProcessor(...).inline.answer_all`, one frame per call (what the reactor calls per
-received chunk; a closed-loop client's chunk holds one request); a run with no
+received chunk; a closed-loop client's chunk holds one request), or `--chunk N` frames per call (a
+client pipelining N requests on one connection, as the throughput verb's do); a run with no
 requests is subtracted, so only the requests are counted. The checkout given with --against needs
 its extension built (`python setup.py build_ext --inplace` in it).
 
@@ -57,6 +58,7 @@ from namesrv.protocol import RemotingCommand
 from namesrv.routeinfo import RouteInfoManager
 setup, frames = pickle.load(open(sys.argv[1], "rb"))
 count = int(sys.argv[2])
+chunk = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 config = NamesrvConfig(kv_config_path=tempfile.mkdtemp() + "/kv.json")
 processor = RequestProcessor(config, RouteInfoManager(config), KVConfigManager(config.kv_config_path))
 inline = processor.inline
@@ -67,8 +69,9 @@ for frame in setup:  # what the reactor leaves to the executors (a route not cac
     replies, commands = inline.answer_all([frame], channel, *arrival)
     for command in commands:
         processor.process(command, channel)
-for frame in frames[:count]:
-    if len(inline.answer_all([frame], channel, *arrival)[0]) != 1:
+for at in range(0, count, chunk):
+    sent = frames[at:min(at + chunk, count)]
+    if len(inline.answer_all(sent, channel, *arrival)[0]) != len(sent):
         raise SystemExit("a frame was not answered inline")
 """
 
@@ -102,11 +105,11 @@ def workload_frames(name: str, count: int) -> tuple[list[bytes], list[bytes]]:
     return setup, frames
 
 
-def instructions(tree: Path, frames_file: Path, count: int) -> int:
-    """Instructions callgrind counts for the child of `tree` replaying `count` frames."""
+def instructions(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> int:
+    """Instructions callgrind counts for the child of `tree` replaying `count` frames, `chunk` a call."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}  # string hashes vary the count otherwise
     result = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
-                             _REPLAY, str(frames_file), str(count)], cwd=tree, env=env, capture_output=True,
+                             _REPLAY, str(frames_file), str(count), str(chunk)], cwd=tree, env=env, capture_output=True,
                             text=True, timeout=900)
     if result.returncode != 0:
         raise RuntimeError(f"replay in {tree} failed: {result.stderr[-2000:]}")
@@ -116,8 +119,8 @@ def instructions(tree: Path, frames_file: Path, count: int) -> int:
     raise RuntimeError(f"no instruction count from callgrind: {result.stderr[-2000:]}")
 
 
-def per_request(tree: Path, frames_file: Path, count: int) -> float:
-    return (instructions(tree, frames_file, count) - instructions(tree, frames_file, 0)) / count
+def per_request(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> float:
+    return (instructions(tree, frames_file, count, chunk) - instructions(tree, frames_file, 0, chunk)) / count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,22 +131,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=400, help="requests counted per workload")
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help=f"comma-separated workloads to count, in order (of {', '.join(WORKLOADS)})")
+    parser.add_argument("--chunk", type=int, default=1, choices=range(1, 257), metavar="N",
+                        help="frames per answer_all call, 1..256: a client pipelining N requests; the first "
+                             "chunk (its header reads, its first answers) is counted too, so count a few thousand "
+                             "requests (default: 1)")
     cli.add_out(parser)
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed (Debian: apt-get install -y valgrind)")
     trees = [_ROOT] + ([args.against.resolve()] if args.against else [])
     say, results = Printed(with_machine=False), []  # the lead's diffs read this format: unchanged
-    say("instructions per request on the inline path (callgrind); " + ", ".join(str(tree) for tree in trees))
+    say("instructions per request on the inline path (callgrind"
+        + (f", {args.chunk} frames a call" if args.chunk > 1 else "") + "); " + ", ".join(str(tree) for tree in trees))
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.workloads.split(","):
             frames_file = Path(scratch) / f"{name}.pickle"
             frames_file.write_bytes(pickle.dumps(workload_frames(name, args.requests)))
-            counts = [per_request(tree, frames_file, args.requests) for tree in trees]
+            counts = [per_request(tree, frames_file, args.requests, args.chunk) for tree in trees]
             ratio = f"  ratio {counts[0] / counts[1]:.3f}" if len(counts) == 2 else ""
             say(f"{name:14s} " + "  ".join(f"{count:10,.0f}" for count in counts) + ratio)
             results.append({"workload": name, "instructions": counts[0],
                             **({"against": counts[1], "ratio": counts[0] / counts[1]} if len(counts) == 2 else {})})
     write_results(cli.out_dir(args, "request-instructions"), "request-instructions", results, say,
-                  trees=[str(tree) for tree in trees])
+                  trees=[str(tree) for tree in trees], chunk=args.chunk)
     return 0

@@ -15,13 +15,14 @@ from bench.request_instructions import WORKLOADS, _REPLAY, workload_frames
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.parametrize("chunk", ["1", "7"])
 @pytest.mark.parametrize("workload", WORKLOADS)
-def test_every_workload_is_answered_inline_by_the_replay(tmp_path, workload):
-    """Without valgrind: the child replays the frames and fails if one is not answered inline."""
+def test_every_workload_is_answered_inline_by_the_replay(tmp_path, workload, chunk):
+    """Without valgrind: the child replays the frames, `chunk` a call, and fails if one is not answered inline."""
     frames_file = tmp_path / "frames.pickle"
     frames_file.write_bytes(pickle.dumps(workload_frames(workload, 30)))
-    result = subprocess.run([sys.executable, "-c", _REPLAY, str(frames_file), "30"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", _REPLAY, str(frames_file), "30", chunk], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
 
 
