@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from inline_harness import START, InlineServer
 from test_operator_http import requests_of, scrape
 
+from namesrv import fastpath
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor import RequestProcessor
@@ -289,3 +290,25 @@ def test_a_chunk_is_answered_as_its_frames_are_one_by_one(tmp_path, order_messag
         assert commands == [RemotingCommand.decode(frame) for frame, reply in zip(frames, one_by_one) if reply is None]
         assert sum(reply is not None for reply in one_by_one[:-2]) == 3 * 2 * len(TOPICS)
         assert all(reply == server.regular(frame) for frame, reply in zip(frames[:-2], one_by_one) if reply is not None)
+
+
+@pytest.mark.usefixtures("each_fastpath")
+def test_a_chunk_of_one_frame_is_answered_as_the_frame_is(tmp_path):
+    """A one-frame chunk (a closed-loop client's) is looked up in the route cache only when its
+    header is known as a route query: a header not seen before, route query or not, is read by
+    `answer`, which answers it (and remembers it) just the same."""
+    server = Server(tmp_path)
+    frames = [query(topic, serialize_type=serialize_type, opaque=opaque)
+              for opaque, (topic, serialize_type) in enumerate(
+                  [(t, s) for t in (*TOPICS, "NoSuchTopic") for s in (SerializeType.JSON, SerializeType.ROCKETMQ)])]
+    for frame in frames:
+        server.regular(frame)  # fills the route cache
+    for seen in (False, True):
+        for frame in frames:
+            key = fastpath.json_opaque_keys([frame])[0][0]
+            assert seen or key is None or key not in server.processor.inline.seen.json.table
+            replies, commands = server.processor.inline.answer_all([frame], CLIENT, time.monotonic())
+            expected = server.answer(frame)
+            assert replies == ([] if expected is None else [expected])
+            assert commands == ([] if expected is not None else [RemotingCommand.decode(frame)])
+            assert expected is None or expected == server.regular(frame)

@@ -116,7 +116,9 @@ class InlineAnswers:
         routes = self.route_queries
         replies: list[bytes] = []
         bodies = None
-        if routes.serving():
+        # A chunk of one frame that is not a known route query (a header not seen before: a changed
+        # registration's bodyCrc32) cannot be answered from the cache: it skips the route path.
+        if (single is not None or len(keys) != 1) and routes.serving():
             bodies = routes.cached_bodies(map(known, keys) if single is None else (single,))
             replies = fastpath.stamp_frames(routes.json.head, routes.json.tail, opaques, bodies)
             self._routes_answered += len(replies)
