@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from namesrv import fastpath
 from namesrv.processor import inline
+from namesrv.processor.broker_handlers import RegistrationHeader
 from namesrv.processor.inline import HeaderReader, PreparedWrite, read_header
 from namesrv.processor.seen_headers import JSON_FIELD, ROCKETMQ_FIELD, SeenHeaders
 from namesrv.protocol.codes import LanguageCode, RequestCode
@@ -69,6 +70,8 @@ def test_a_new_body_crc_is_rebound_not_parsed(monkeypatch):
         header = JSON_SHAPES[0].format(o=opaque, c=digits).encode()
         read = headers.read(JSON_FIELD, header)
         assert read == read_header(JSON_FIELD, header) and read[1].header.body_crc32 == int(digits)
+        assert type(read[1]) is PreparedWrite and type(read[1].header) is RegistrationHeader  # made directly
+        assert read[1].request.typed_header(RegistrationHeader) is read[1].header
         assert read[1].request.derive(opaque, None, 0).ext_fields["bodyCrc32"] == digits
     assert parse.calls == 2
     assert headers.read(JSON_FIELD, JSON_SHAPES[0].format(o=6, c="007").encode())[1].header.body_crc32 == 7

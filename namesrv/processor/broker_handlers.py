@@ -20,6 +20,7 @@ from namesrv.routeinfo.route_input import IllegalRoute, check_names, check_queue
 from namesrv.routeinfo.zones import ZONE_NAME
 
 log = logging.getLogger(__name__)
+_new_tuple = tuple.__new__
 
 
 class RegistrationHeader(NamedTuple):
@@ -45,6 +46,12 @@ class RegistrationHeader(NamedTuple):
         version = request.version
         return cls(registrant, header.integer("bodyCrc32", bits=32) or 0, compressed, version,
                    (compressed, version >= Version.V3_0_11, version >= Version.V5_0_0))
+
+    def with_crc(self, crc: int) -> RegistrationHeader:
+        """The same header announcing `crc`. The tuple is made directly: the reactor makes one for
+        each new DataVersion it reads, and a NamedTuple's constructor (a Python function taking
+        keywords) costs more than the rest of the rebinding."""
+        return _new_tuple(RegistrationHeader, (self.registrant, crc, self.compressed, self.version, self.body_form))
 
     def repeats(self, body: bytes | memoryview, digest: int, stored: Fingerprint | None) -> bool:
         """Is `body` (of XXH3 `digest`) the one of `stored` (the fingerprint of the broker's last

@@ -42,6 +42,7 @@ _SUCCESS = int(ResponseCode.SUCCESS)
 SHAPES = 4096
 SHAPE_BYTES = 8 * 1024 * 1024
 _CRC_FIELD = b'"bodyCrc32":"'
+_new_tuple = tuple.__new__
 
 
 class PreparedWrite(NamedTuple):
@@ -58,13 +59,12 @@ class PreparedWrite(NamedTuple):
 
     def with_crc(self, crc: int) -> PreparedWrite:
         """The same header with bodyCrc32 `crc` (a non-negative int32, written as Java writes it)."""
-        ext_fields = dict(self.request.ext_fields)
-        ext_fields["bodyCrc32"] = str(crc)
         request = self.request.derive(0, None, 0)
-        request.ext_fields = ext_fields
-        header = self.header
-        return PreparedWrite.of(RegistrationHeader(header.registrant, crc, header.compressed, header.version,
-                                                   header.body_form), request)
+        ext_fields = request.ext_fields = self.request.ext_fields.copy()
+        ext_fields["bodyCrc32"] = str(crc)
+        header = self.header.with_crc(crc)
+        request.keep_typed_header(header)
+        return _new_tuple(PreparedWrite, (header, request))
 
 
 #: What a header asks of the inline paths: a route query, a registration, or None (not theirs).
