@@ -261,6 +261,25 @@ def test_refusals_are_answered_inline_as_the_regular_path_answers_them(tmp_path)
     assert inline and answer.code == ResponseCode.SYSTEM_ERROR and answer.remark == "register broker failed"
 
 
+@pytest.mark.parametrize("field, value", [("brokerName", "b\nFORGED"), ("clusterName", "c" * 256),
+                                          ("haServerAddr", "h\x1b[31m")])
+def test_illegal_names_are_refused_inline_as_the_regular_path_refuses_them(tmp_path, field, value):
+    """The names are checked when the header is read (`RegistrationHeader.illegal_names`), also for a
+    header rebound to a new DataVersion's bodyCrc32, and refused where the regular path refuses
+    them: after the body's CRC32 check."""
+    twins = Twins(tmp_path)
+    header = {**MASTER, field: value}
+    for counter in (1, 2, 3):
+        inline, answer = twins.send(registration(header, with_topics(["A", "B"], counter), opaque=counter))
+        assert inline and answer.code == ResponseCode.SYSTEM_ERROR and field in answer.remark, answer.remark
+        assert answer.remark.startswith("register broker failed: ")
+    assert twins.inline.processor.inline.seen._parse.shapes.table  # the later headers were rebound, not parsed
+    inline, answer = twins.send(registration(header, with_topics(["A", "B"], 4), opaque=4,
+                                             extra={"bodyCrc32": "12345"}))
+    assert inline and answer.remark == "crc32 not match"
+    assert twins.inline.routes.snapshot().broker_live_table == {}
+
+
 @pytest.mark.parametrize("config, data, extra", [
     ({"inline_registration_max_body_bytes": 0}, with_topics(["A", "B"], 1), {}),
     ({"inline_registration_max_body_bytes": 200}, with_topics([f"T{i}" for i in range(5)], 1), {}),

@@ -26,13 +26,19 @@ _new_tuple = tuple.__new__
 class RegistrationHeader(NamedTuple):
     """What REGISTER_BROKER's header says: who registers (`registrant`), the body's announced CRC32,
     and what the decoded body depends on besides its bytes (`body_form`: the codec flag and the
-    sender's version thresholds). A tuple: the reactor makes one per new DataVersion it reads."""
+    sender's version thresholds). A tuple: the reactor makes one per new DataVersion it reads.
+
+    `illegal_names` is why `route_input.check_names` refuses the registrant (None: it does not),
+    found when the header is read: the names are the header's, read once per broker and header
+    shape, while each new DataVersion is decoded. A decoded registration is refused for it where
+    the check ran before, after the body's own checks, so every answer stays the same."""
 
     registrant: Registrant
     body_crc32: int
     compressed: bool
     version: int
     body_form: tuple[bool, bool, bool]
+    illegal_names: str | None = None
 
     @classmethod
     def read(cls, request: RemotingCommand) -> RegistrationHeader:
@@ -44,14 +50,20 @@ class RegistrationHeader(NamedTuple):
                                 header.boolean("enableActingMaster"), header.text(ZONE_NAME))
         compressed = bool(header.boolean("compressed"))
         version = request.version
+        try:
+            check_names(registrant)
+            illegal_names = None
+        except IllegalRoute as exc:
+            illegal_names = str(exc)
         return cls(registrant, header.integer("bodyCrc32", bits=32) or 0, compressed, version,
-                   (compressed, version >= Version.V3_0_11, version >= Version.V5_0_0))
+                   (compressed, version >= Version.V3_0_11, version >= Version.V5_0_0), illegal_names)
 
     def with_crc(self, crc: int) -> RegistrationHeader:
         """The same header announcing `crc`. The tuple is made directly: the reactor makes one for
         each new DataVersion it reads, and a NamedTuple's constructor (a Python function taking
         keywords) costs more than the rest of the rebinding."""
-        return _new_tuple(RegistrationHeader, (self.registrant, crc, self.compressed, self.version, self.body_form))
+        return _new_tuple(RegistrationHeader, (self.registrant, crc, self.compressed, self.version, self.body_form,
+                                               self.illegal_names))
 
     def repeats(self, body: bytes | memoryview, digest: int, stored: Fingerprint | None) -> bool:
         """Is `body` (of XXH3 `digest`) the one of `stored` (the fingerprint of the broker's last
@@ -145,7 +157,8 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
     previous = ctx.routes.topic_entries(registrant) if hints else None
     table, filter_servers = decode_registration(request.body, registration.compressed, request.version, previous)
     try:  # the topic entries left out as unchanged were checked when they came
-        check_names(registrant)
+        if registration.illegal_names is not None:
+            raise IllegalRoute(registration.illegal_names)
         check_queues_summed(table.facts, table.topics.values(), ctx.config.max_queue_nums_per_topic)
     except IllegalRoute as exc:
         log.warning("REGISTER_BROKER of %s from %s refused: %s", registrant.broker_addr, channel, exc)
