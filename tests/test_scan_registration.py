@@ -114,6 +114,17 @@ def test_no_entries_where_digests_could_confuse_keys(twin, case, entries):
     assert table(value) == full(data)
 
 
+@pytest.mark.parametrize("count", [1, 6, 7, 191, 192, 193, 400])  # the set of keys: on the stack to 192, then not
+def test_a_repeated_key_is_found_in_a_table_of_any_size(twin, count):
+    names = [f"t{i}" for i in range(count)]
+    assert scan(twin, body([entry(name) for name in names]))[1] is not None
+    for repeated in (names[0], names[-1]):
+        data = body([entry(name) for name in names] + [entry(repeated, perm=2)])
+        value, offered, omitted = scan(twin, data)
+        assert offered is None and omitted == 0
+        assert table(value) == full(data) and table(value)[repeated][3] == 2
+
+
 def test_a_repeated_key_against_a_previous_registration_reads_everything(twin):
     # "a" unchanged in place 0 would be left out, but a later "a" overrides it: the scan must
     # read the whole table again, as the full parse keeps the last "a".

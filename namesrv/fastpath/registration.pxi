@@ -1116,19 +1116,32 @@ def entry_digest(data):
         PyBuffer_Release(&view)
 
 
+cdef enum:
+    # The set of a table of up to 192 entries lives on the stack (2 KiB): a heap block that size
+    # is the C library's (pymalloc stops at 512 bytes), and its calloc cost a broker of 100
+    # topics more than the set itself.
+    STACK_SET_SLOTS = 256
+
+
 cdef bint _has_repeated_key(const _Entry *entries, Py_ssize_t count) except -1:
     """Do two entries have one key digest (a repeated key, or once in 2**39 two keys alike)?"""
     cdef Py_ssize_t slots = _set_slots(count), i
-    cdef uint64_t *seen = <uint64_t *>PyMem_Calloc(slots, sizeof(uint64_t))
-    if seen == NULL:
-        raise MemoryError()
+    cdef uint64_t stack[STACK_SET_SLOTS]
+    cdef uint64_t *seen = stack
+    if slots <= STACK_SET_SLOTS:
+        memset(stack, 0, slots * sizeof(uint64_t))
+    else:
+        seen = <uint64_t *>PyMem_Calloc(slots, sizeof(uint64_t))
+        if seen == NULL:
+            raise MemoryError()
     try:
         for i in range(count):
             if not _set_add(seen, slots, (entries[i].key_length >> ENTRY_LENGTH_BITS) | 1):
                 return True
         return False
     finally:
-        PyMem_Free(seen)
+        if seen != stack:
+            PyMem_Free(seen)
 
 
 def count_entries(data, tuple table_path not None):
