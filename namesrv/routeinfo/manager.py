@@ -184,8 +184,9 @@ class RouteInfoManager:
         exactly them (no lock: a hint for `decode_registration`'s `previous`, which `register`
         checks again under it)."""
         live = self._live.by_key.get((registrant.cluster_name, registrant.broker_addr))
-        entries = None if live is None else live.topic_entries
-        return entries if self._holds_entries_locked(registrant, entries) else None
+        if live is None or not self._holds_entries_locked(live, registrant, live.topic_entries):
+            return None
+        return live.topic_entries
 
     def registration_fingerprint(self, cluster_name: str, broker_addr: str) -> Hashable | None:
         """The body fingerprint of this broker's last registration, if it gave one (no lock: a
@@ -200,10 +201,12 @@ class RouteInfoManager:
         (cluster_name, broker_addr, broker_name, broker_id, ha_server_addr, heartbeat_timeout_millis,
          enable_acting_master, zone_name) = registrant
         group = self._brokers.get(broker_name)
+        key = (cluster_name, broker_addr)
+        previous = self._live.by_key.get(key)
         topics = wrapper.queue_fields()
         decoded = wrapper if isinstance(wrapper, TopicQueueTable) else None  # only a decoded table has entries
         omitted = 0 if decoded is None else decoded.omitted
-        if omitted and not self._holds_entries_locked(registrant, decoded.omitted_since):
+        if omitted and not self._holds_entries_locked(previous, registrant, decoded.omitted_since):
             raise StaleTopicEntries(f"{broker_name}[{broker_id}] {broker_addr}: the route table changed since "
                                     f"the entries {omitted} topics were left out against")
         # Step 7, checked first: an incremental single-topic registration must follow a full one
@@ -212,7 +215,7 @@ class RouteInfoManager:
             log.warning("refused single-topic registration of %s[%d] %s before its full registration: %s",
                         broker_name, broker_id, broker_addr, list(topics))
             return None
-        self._check_room_locked((cluster_name, broker_addr), broker_name, topics)
+        self._check_room_locked(key, broker_name, topics)
         self._cause(events.REGISTERED, cluster_name, broker_addr, broker_name, broker_id, channel)
         names = self._clusters.get(cluster_name)  # step 1
         if names is None:
@@ -252,8 +255,6 @@ class RouteInfoManager:
         if group_changed:
             self._queues.group_changed(broker_name)
 
-        key = (cluster_name, broker_addr)
-        previous = self._live.by_key.get(key)
         version_changed = previous is None or previous.data_version != wrapper.data_version
         is_master = broker_id == MASTER_ID  # step 9
         is_prime_slave = not old_version_broker and not is_master and broker_id == min(group.broker_addrs)
@@ -294,13 +295,14 @@ class RouteInfoManager:
             raise RouteTableFull(f"{new} new topic queue entries would pass maxQueueDatas={limit} "
                                  f"({self._queues.count} held)")
 
-    def _holds_entries_locked(self, registrant: Registrant, entries: bytes | None) -> bool:  # also lock-free (a hint)
+    def _holds_entries_locked(self, live: BrokerLiveInfo | None, registrant: Registrant,
+                              entries: bytes | None) -> bool:  # also lock-free (a hint)
         """Does the route table still hold exactly the topic entries this master registered last
         as `entries`, so that the entries of a new registration found unchanged against them need
-        no applying? (Equal entries — compared by value, as a worker process gets them through
-        the write log —, the same group and id, and no change to the group's queue entries since;
-        the deleting mode needs every topic listed.)"""
-        live = self._live.by_key.get((registrant.cluster_name, registrant.broker_addr))
+        no applying? (`live` is the master's live entry, None if it has none; equal entries —
+        compared by value, as a worker process gets them through the write log —, the same group
+        and id, and no change to the group's queue entries since; the deleting mode needs every
+        topic listed.)"""
         if live is None or entries is None or live.topic_entries != entries or live.registration is None:
             return False
         registered = live.registration[0]
