@@ -89,15 +89,18 @@ class TopicTableChange(NamedTuple):
     """A decoded body's topic table as the route table applies it (namesrv.protocol.topic.TopicQueueTable's fields)."""
 
     topics: dict[str, QueueFields]
-    data_version: tuple[int, int, int]
+    #: The DataVersion decoded (a list after the write log's round trip).
+    data_version: DataVersion | list[int]
     mappings: dict[str, Any]
     entries: bytes | None
     omitted: int
     omitted_since: bytes | None
 
     def table(self) -> TopicQueueTable:
-        return TopicQueueTable(self.topics, DataVersion(*self.data_version), self.mappings, self.entries,
-                               self.omitted, self.omitted_since)
+        version = self.data_version
+        if type(version) is not DataVersion:  # after the write log's round trip: a list
+            version = DataVersion(*version)
+        return TopicQueueTable(self.topics, version, self.mappings, self.entries, self.omitted, self.omitted_since)
 
 
 class RegistrationChange(NamedTuple):
@@ -165,9 +168,8 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
         return request.make_response(ResponseCode.SYSTEM_ERROR, f"register broker failed: {exc}")
     if request.body is None and request.version >= Version.V3_0_11:
         filter_servers = []  # RocketMQ's empty RegisterBrokerBody has an empty (not null) filter-server list
-    version = table.data_version
     return RegistrationChange(registrant, (len(body), crc, digest, *registration.body_form), TopicTableChange(
-        table.topics, (version.counter, version.timestamp, version.state_version), table.topic_queue_mapping_info_map,
+        table.topics, table.data_version, table.topic_queue_mapping_info_map,
         table.entries, table.omitted, table.omitted_since), filter_servers)
 
 
