@@ -69,7 +69,11 @@ for frame in setup:  # what the reactor leaves to the executors (a route not cac
     replies, commands = inline.answer_all([frame], channel, *arrival)
     for command in commands:
         processor.process(command, channel)
-for at in range(0, count, chunk):
+if chunk == 1:  # the loop every count before --chunk was measured with
+    for frame in frames[:count]:
+        if len(inline.answer_all([frame], channel, *arrival)[0]) != 1:
+            raise SystemExit("a frame was not answered inline")
+for at in range(0, count if chunk > 1 else 0, chunk):
     sent = frames[at:min(at + chunk, count)]
     if len(inline.answer_all(sent, channel, *arrival)[0]) != len(sent):
         raise SystemExit("a frame was not answered inline")
