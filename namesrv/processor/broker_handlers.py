@@ -97,10 +97,14 @@ class TopicTableChange(NamedTuple):
     omitted_since: bytes | None
 
     def table(self) -> TopicQueueTable:
-        version = self.data_version
-        if type(version) is not DataVersion:  # after the write log's round trip: a list
-            version = DataVersion(*version)
-        return TopicQueueTable(self.topics, version, self.mappings, self.entries, self.omitted, self.omitted_since)
+        return TopicQueueTable(self.topics, _data_version(self.data_version), self.mappings, self.entries,
+                               self.omitted, self.omitted_since)
+
+
+def _data_version(version: DataVersion | list[int] | None) -> DataVersion | None:
+    """A change's DataVersion as `prepare` decoded it, also after the write log's round trip (which
+    makes it a list)."""
+    return version if version is None or type(version) is DataVersion else DataVersion(*version)
 
 
 class RegistrationChange(NamedTuple):
@@ -254,9 +258,7 @@ def _prepare_data_version_query(ctx: HandlerContext, request: RemotingCommand, c
 def _apply_data_version_query(ctx: HandlerContext, change: Change,
                               channel: Channel) -> tuple[bool, DataVersion | None]:
     cluster_name, broker_addr, version = change
-    if version is not None and type(version) is not DataVersion:  # after the write log's round trip: a list
-        version = DataVersion(*version)
-    return ctx.routes.query_data_version(cluster_name, broker_addr, version)
+    return ctx.routes.query_data_version(cluster_name, broker_addr, _data_version(version))
 
 
 def _answer_data_version_query(ctx: HandlerContext, request: RemotingCommand,

@@ -54,17 +54,17 @@ class PreparedWrite(NamedTuple):
 
     @classmethod
     def of(cls, header: object, request: RemotingCommand) -> PreparedWrite:
+        """The tuple is made directly: the reactor makes one for each new DataVersion it reads
+        (`with_crc`), and a NamedTuple's constructor costs more than the rest of the rebinding."""
         request.keep_typed_header(header)
-        return cls(header, request)
+        return _new_tuple(cls, (header, request))
 
     def with_crc(self, crc: int) -> PreparedWrite:
         """The same header with bodyCrc32 `crc` (a non-negative int32, written as Java writes it)."""
         request = self.request.derive(0, None, 0)
         ext_fields = request.ext_fields = self.request.ext_fields.copy()
         ext_fields["bodyCrc32"] = str(crc)
-        header = self.header.with_crc(crc)
-        request.keep_typed_header(header)
-        return _new_tuple(PreparedWrite, (header, request))
+        return PreparedWrite.of(self.header.with_crc(crc), request)
 
 
 #: What a header asks of the inline paths: a route query, a registration, or None (not theirs).
