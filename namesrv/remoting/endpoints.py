@@ -136,6 +136,9 @@ class Endpoint:
         #: Connections holding an incomplete frame, the one whose frame started longest ago first.
         self.incomplete: dict[bytes, Connection] = {}
         self.incomplete_bytes = 0
+        #: Connections to reset at the socket once it has nothing left to read, with the read they were
+        #: asked for in (StreamEndpoint; the reactor reads while any wait).
+        self.resets: dict[bytes, tuple[int, Connection]] = {}
 
     # ---- transport-specific
     def read(self, budget: int, now: float, jobs: list[Job]) -> None:
@@ -157,8 +160,9 @@ class Endpoint:
         raise NotImplementedError
 
     def _disconnect(self, ident: bytes, conn: Connection | None = None, reset: bool = False) -> None:
-        """Close the peer `ident` (`conn`, once it had a table entry); `reset`: at the socket at once,
-        dropping unsent output (for a peer that does not read, whose output would never drain)."""
+        """Close the peer `ident` (`conn`, once it had a table entry); `reset`: at the socket, dropping
+        unsent output (for a peer that does not read, whose output would never drain): at once, or for a
+        TCP connection once the socket has nothing left to read (`StreamEndpoint._reset_due`)."""
         raise NotImplementedError
 
     # ---- shared
@@ -330,14 +334,19 @@ class StreamEndpoint(Endpoint):
         #: Connections we closed whose end ZeroMQ has not announced yet: that empty frame must not
         #: read as a newcomer's (which would then take the old connection's late replies).
         self._closed: OrderedDict[bytes, None] = OrderedDict()
+        #: Calls of `read` so far: a reset waits for a read begun after it was asked for (`_reset_due`).
+        self._reads = 0
 
     def read(self, budget: int, now: float, jobs: list[Job]) -> None:
+        self._reads += 1
         recv = self.socket.recv
         connections = self.connections
         for _ in range(budget):
             try:
                 ident = recv(zmq.NOBLOCK)
             except zmq.Again:
+                if self.resets:
+                    self._reset_due()
                 return
             conn = connections.get(ident)
             if conn is None:
@@ -345,6 +354,8 @@ class StreamEndpoint(Endpoint):
                 if len(frame) == 0:
                     if ident in self._closed:
                         del self._closed[ident]
+                        if self.resets:
+                            self.resets.pop(ident, None)  # it ended by itself: its descriptor is not its own now
                     else:
                         self._accept(ident, frame, now)
                 continue  # else: the end of, or bytes still in flight from, a connection we closed
@@ -486,11 +497,24 @@ class StreamEndpoint(Endpoint):
                 self.socket.send_multipart((ident, b""), zmq.NOBLOCK)
                 return
             except zmq.Again:
-                pass  # the peer's pipe is full (it does not read): the close cannot be queued behind it
+                pass  # the peer's pipe is full (it does not read) or ending: the close cannot be queued
             except zmq.ZMQError:
                 return  # already gone
-        if conn is not None and conn.fd is not None and abort_connection(conn.fd, conn.channel.remote_addr):
-            log.debug("reset tcp connection %s", _peer(conn))
+        if conn is not None and conn.fd is not None:
+            self.resets[ident] = (self._reads, conn)
+
+    def _reset_due(self) -> None:
+        """Reset the connections asked for before this read began: it has found nothing left to read.
+
+        A peer gone before its arrival was read had its descriptor reused by the next connection,
+        whose address `peer_of` then read for it. libzmq queues a connection's end before it frees
+        the descriptor, so such a connection has announced its end (and left `resets`) by the time
+        the socket has nothing left to read; what is still here holds its own descriptor."""
+        reads = self._reads
+        for ident in [ident for ident, (asked, _) in self.resets.items() if asked < reads]:
+            conn = self.resets.pop(ident)[1]
+            if abort_connection(conn.fd, conn.channel.remote_addr):
+                log.debug("reset tcp connection %s", _peer(conn))
 
 
 class RouterEndpoint(Endpoint):

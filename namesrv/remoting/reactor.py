@@ -297,7 +297,7 @@ class Reactor:
             blocked = any(endpoint.blocked for endpoint in endpoints)
             if self._stop_deadline is not None and (now >= self._stop_deadline or not (blocked or len(self._outbox))):
                 break
-            if blocked or self._stop_deadline is not None:
+            if blocked or self._stop_deadline is not None or any(endpoint.resets for endpoint in endpoints):
                 timeout = BLOCKED_RETRY_MS
             else:
                 timeout = max(0.0, next_sweep - now) * 1000
@@ -315,7 +315,7 @@ class Reactor:
                 if reading:
                     jobs: list[Job] = []
                     for endpoint in endpoints:
-                        if endpoint.socket in events:
+                        if endpoint.socket in events or endpoint.resets:
                             endpoint.read(READ_BUDGET, now, jobs)
                     self._make_room(jobs)
                     if jobs:
