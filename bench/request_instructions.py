@@ -15,6 +15,13 @@ client pipelining N requests on one connection, as the throughput verb's do); a 
 requests is subtracted, so only the requests are counted. The checkout given with --against needs
 its extension built (`python setup.py build_ext --inplace` in it).
 
+With --server the whole server process is counted instead (`python -m namesrv` of each checkout
+under callgrind: the reactor, the executors and libzmq's I/O threads, user space only): the frames
+travel over real TCP on 127.0.0.1, --chunk at a time on each of --connections connections, every
+answer awaited before the next round; a run with a fifth of the requests is subtracted, so start-up
+and first sight of each header are not counted. It answers what the inline replay cannot: where a
+request's cost goes between the socket and the inline answer. The bytes each way are printed too.
+
 * route          GET_ROUTEINFO_BY_TOPIC of a registered topic, answered from the route cache;
 * register-same  REGISTER_BROKER with the broker's unchanged body (the 30-second heartbeat);
 * register-new   a new DataVersion in every request (the body is decoded; no topic changes);
@@ -29,6 +36,9 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -127,6 +137,82 @@ def per_request(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> fl
     return (instructions(tree, frames_file, count, chunk) - instructions(tree, frames_file, 0, chunk)) / count
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _exchange(socks: list[socket.socket], frames: list[bytes], chunk: int) -> tuple[int, int]:
+    """Send `frames`, `chunk` per connection a round, each round's answers awaited; (bytes sent, received)."""
+    sent = received = 0
+    per_round = chunk * len(socks)
+    for at in range(0, len(frames), per_round):
+        waiting = []
+        for index, sock in enumerate(socks):
+            part = frames[at + index * chunk:at + (index + 1) * chunk]
+            if part:
+                data = b"".join(struct.pack(">i", len(frame)) + frame for frame in part)
+                sock.sendall(data)
+                sent += len(data)
+                waiting.append((sock, len(part)))
+        for sock, expected in waiting:
+            buffer = b""
+            while expected:
+                data = sock.recv(1 << 20)
+                if not data:
+                    raise RuntimeError("the server closed a connection")
+                received += len(data)
+                buffer += data
+                while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack_from(">i", buffer)[0]:
+                    buffer = buffer[4 + struct.unpack_from(">i", buffer)[0]:]
+                    expected -= 1
+    return sent, received
+
+
+def server_instructions(tree: Path, setup: list[bytes], frames: list[bytes], chunk: int,
+                        connections: int) -> tuple[int, int, int]:
+    """(instructions of the whole server of `tree`, bytes sent, received) for `setup` then `frames`."""
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as work:
+        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+        server = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                                   "-m", "namesrv", f"--listenPort={port}", "--httpListenAddress=",
+                                   f"--zmqListenAddress=tcp://127.0.0.1:{_free_port()}", f"--kvConfigPath={work}/kv.json",
+                                   f"--configStorePath={work}/namesrv.properties"],
+                                  cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 300
+            while True:
+                try:
+                    broker = socket.create_connection(("127.0.0.1", port), timeout=600)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        raise RuntimeError(f"the server of {tree} did not start")
+                    time.sleep(0.5)
+            _exchange([broker], setup, 1)  # the broker's connection stays open: closing it unregisters the broker
+            socks = [socket.create_connection(("127.0.0.1", port), timeout=600) for _ in range(connections)]
+            sent, received = _exchange(socks, frames, chunk)
+            for sock in [broker, *socks]:
+                sock.close()
+        finally:
+            server.send_signal(signal.SIGTERM)
+            _, stderr = server.communicate(timeout=600)
+    for line in stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1]), sent, received
+    raise RuntimeError(f"no instruction count from callgrind: {stderr[-2000:]}")
+
+
+def server_per_request(tree: Path, name: str, count: int, chunk: int, connections: int) -> tuple[float, float, float]:
+    """(instructions, bytes sent, bytes received) per request of the whole server: `count` requests less `count // 5`."""
+    setup, frames = workload_frames(name, count)
+    base = count // 5
+    first, second = (server_instructions(tree, setup, frames[:n], chunk, connections) for n in (base, count))
+    return tuple((after - before) / (count - base) for before, after in zip(first, second))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = cli.parser("request-instructions", __doc__)
     parser.add_argument("--against", type=Path, metavar="TREE",
@@ -139,11 +225,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="frames per answer_all call, 1..256: a client pipelining N requests; the first "
                              "chunk (its header reads, its first answers) is counted too, so count a few thousand "
                              "requests (default: 1)")
+    parser.add_argument("--server", action="store_true",
+                        help="count the whole server process over TCP (see above), not the inline replay")
+    parser.add_argument("--connections", type=int, default=4, choices=range(1, 65), metavar="N",
+                        help="with --server: connections the requests are spread over, 1..64 (default: 4)")
     cli.add_out(parser)
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed (Debian: apt-get install -y valgrind)")
     trees = [_ROOT] + ([args.against.resolve()] if args.against else [])
+    if args.server:
+        return _main_server(args, trees)
     say, results = Printed(with_machine=False), []  # the lead's diffs read this format: unchanged
     say("instructions per request on the inline path (callgrind"
         + (f", {args.chunk} frames a call" if args.chunk > 1 else "") + "); " + ", ".join(str(tree) for tree in trees))
@@ -158,4 +250,21 @@ def main(argv: list[str] | None = None) -> int:
                             **({"against": counts[1], "ratio": counts[0] / counts[1]} if len(counts) == 2 else {})})
     write_results(cli.out_dir(args, "request-instructions"), "request-instructions", results, say,
                   trees=[str(tree) for tree in trees], chunk=args.chunk)
+    return 0
+
+
+def _main_server(args, trees: list[Path]) -> int:
+    say, results = Printed(with_machine=False), []
+    say(f"instructions per request of the whole server (callgrind, user space; {args.chunk} a round on each of "
+        f"{args.connections} connections); " + ", ".join(str(tree) for tree in trees))
+    for name in args.workloads.split(","):
+        counts = [server_per_request(tree, name, args.requests, args.chunk, args.connections) for tree in trees]
+        ratio = f"  ratio {counts[0][0] / counts[1][0]:.3f}" if len(counts) == 2 else ""
+        say(f"{name:14s} " + "  ".join(f"{count[0]:10,.0f}" for count in counts) + ratio
+            + f"  (bytes a request: {counts[0][1]:,.0f} in, {counts[0][2]:,.0f} out)")
+        results.append({"workload": name, "instructions": counts[0][0], "bytes_in": counts[0][1],
+                        "bytes_out": counts[0][2],
+                        **({"against": counts[1][0], "ratio": counts[0][0] / counts[1][0]} if len(counts) == 2 else {})})
+    write_results(cli.out_dir(args, "request-instructions"), "request-instructions", results, say,
+                  trees=[str(tree) for tree in trees], chunk=args.chunk, server=True, connections=args.connections)
     return 0

@@ -34,3 +34,16 @@ def test_the_bench_counts_instructions_against_another_checkout(capsys, tmp_path
     first, second = (float(value.replace(",", "")) for value in line.split()[1:3])
     assert first > 1000 and second > 1000  # a registration is thousands of instructions, never nothing
     assert abs(first / second - 1) < 0.01  # the same checkout twice
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed (apt-get install -y valgrind)")
+def test_the_whole_server_is_counted_over_tcp(capsys, tmp_path):
+    """--server: a real server of this checkout under callgrind answers every frame over TCP (a frame
+    left unanswered would hang the client, a closed connection raise); its bytes are the frames'."""
+    assert request_instructions.main(["--server", "--requests", "100", "--chunk", "4", "--connections", "2",
+                                      "--workloads", "route", "--out", str(tmp_path / "run")]) == 0
+    line = [row for row in capsys.readouterr().out.splitlines() if row.startswith("route")][0]
+    instructions = float(line.split()[1].replace(",", ""))
+    assert instructions > 1000  # a request through the reactor is thousands of instructions
+    counted = workload_frames("route", 100)[1][20:]  # a fifth of the requests is the subtracted run
+    assert f"{sum(len(frame) + 4 for frame in counted) / len(counted):,.0f} in" in line  # frames and length prefixes
