@@ -1088,13 +1088,77 @@ def scan_registration(data, tuple table_path not None, previous):
     try:
         value = _scan(data, table_path, &d, False)
         if d.tables != 1 or d.escaped_key or _has_repeated_key(d.entries, d.count):
-            return scan_registration(data, table_path, None) if d.omitted else (value, None, 0, None)
-        return (value, PyBytes_FromStringAndSize(<const char *>d.entries, d.count * sizeof(_Entry)), d.omitted,
+            return scan_registration(data, table_path, None) if d.omitted else (_plain_or(value, table_path), None,
+                                                                                 0, None)
+        return (_plain_or(value, table_path), PyBytes_FromStringAndSize(<const char *>d.entries,
+                                                                        d.count * sizeof(_Entry)), d.omitted,
                 _facts_tuple(&d.facts) if d.facts_cover and d.facts.count else None)
     except (_NotForMe, UnicodeDecodeError):
         return None
     finally:
         PyMem_Free(d.entries)
+
+
+cdef object _plain_or(object value, tuple path):
+    """`value`'s plain form (see `namesrv.fastpath.registration.plain_form`), else `value`."""
+    cdef object wrapper, servers, table, infos, details, server, entry
+    cdef tuple version
+    if len(path) == 1:
+        wrapper, servers = value, None
+    elif len(path) == 2 and type(value) is dict:
+        wrapper, servers = (<dict>value).get(path[0]), (<dict>value).get("filterServerList")
+        if servers is None:
+            servers = []
+        elif type(servers) is not list:
+            return value
+        else:
+            for server in <list>servers:
+                if type(server) is not str:
+                    return value
+    else:
+        return value
+    if type(wrapper) is not dict:
+        return value
+    table = (<dict>wrapper).get(path[len(path) - 1])  # no negative indexes: wraparound is off
+    infos = (<dict>wrapper).get("topicQueueMappingInfoMap")
+    details = (<dict>wrapper).get("topicQueueMappingDetailMap")
+    version = _plain_version((<dict>wrapper).get("dataVersion"))
+    if (type(table) is not dict or version is None or _plain_version((<dict>wrapper).get("mappingDataVersion")) is None
+            or not (infos is None or (type(infos) is dict and not infos))
+            or not (details is None or type(details) is dict)):
+        return value
+    for entry in (<dict>table).values():
+        if type(entry) is not tuple:
+            return value
+    return (table, version[0], version[1], version[2], servers)
+
+
+cdef tuple _ZERO_VERSION = (0, 0, 0)
+
+
+cdef tuple _plain_version(object obj):
+    """(counter, timestamp, stateVersion) of a plain DataVersion (absent: zeros); None if not plain."""
+    if obj is None:
+        return _ZERO_VERSION
+    if type(obj) is not dict:
+        return None
+    cdef object counter = (<dict>obj).get("counter"), timestamp = (<dict>obj).get("timestamp")
+    cdef object state = (<dict>obj).get("stateVersion")
+    counter = 0 if counter is None else counter
+    timestamp = 0 if timestamp is None else timestamp
+    state = 0 if state is None else state
+    if _is_int64(counter) and _is_int64(timestamp) and _is_int64(state):
+        return (counter, timestamp, state)
+    return None
+
+
+cdef inline bint _is_int64(object value) except -1:
+    """A JSON integer (exactly int, so never bool) within int64."""
+    cdef int overflow = 0
+    if type(value) is not int:
+        return False
+    PyLong_AsLongLongAndOverflow(value, &overflow)
+    return overflow == 0
 
 
 cdef tuple _facts_tuple(const _Facts *facts):

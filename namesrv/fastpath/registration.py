@@ -16,6 +16,7 @@ import orjson
 from xxhash import xxh3_64_intdigest
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 #: TopicFilterType's names (as `namesrv.protocol.topic.FILTER_TYPES`).
 _FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
@@ -98,7 +99,8 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
     """(value, entries, omitted, facts): `value` is `orjson.loads(data)`, except that in the object at
     `table_path` (keys from the top; `()` for none) every plain topic entry is replaced by its
     queue-fields tuple, and the entries unchanged since `previous` are left out; None if `data` is
-    not strict JSON (the caller then parses it leniently).
+    not strict JSON (the caller then parses it leniently). When that object and the body around it
+    are of the plain form (`plain_form`), `value` is that form instead.
 
     `entries` stands for this table's topic entries, to be passed as `previous` with the broker's
     next registration: each entry whose bytes are those of the entry at the same place in
@@ -130,7 +132,7 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
             return obj, None, 0, None
         table = table.get(step)
     if type(table) is not dict:
-        return obj, None, 0, None
+        return plain_form(obj, table_path) or obj, None, 0, None
     for key, entry in table.items():
         fields = _plain_queue_fields(entry)
         if fields is not None:
@@ -141,17 +143,69 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
     if table_path and buf[start:start + 1] == b"{":
         _find_tables(buf, start, table_path, 0, found)
     if len(found) != 1:
-        return obj, None, 0, None
+        return plain_form(obj, table_path) or obj, None, 0, None
     try:
         read = _read_table(buf, found[0], previous)
     except _NotForMe:
         return None
     if read is None:
-        return obj, None, 0, None
+        return plain_form(obj, table_path) or obj, None, 0, None
     entries, omitted = read
     for key in omitted:
         del table[key]
-    return obj, entries, len(omitted), queue_facts(table.values())
+    return plain_form(obj, table_path) or obj, entries, len(omitted), queue_facts(table.values())
+
+
+#: A registration body's plain form: (topic table, dataVersion's counter, timestamp and
+#: stateVersion, filterServerList; None for a body that is the wrapper itself).
+PlainForm = tuple[dict, int, int, int, "list[str] | None"]
+
+
+def plain_form(value: object, table_path: tuple[str, ...]) -> PlainForm | None:
+    """A scanned registration body (`value`, its topic table at `table_path`, of one or two steps)
+    as brokers send it, read at once; None for anything else, which the caller reads field by field.
+
+    Plain: every topic entry plain (a queue-fields tuple); the wrapper's (the table's object's)
+    dataVersion, and mappingDataVersion, absent, null or an object whose counter, timestamp and
+    stateVersion are each absent, null or a JSON integer within int64; its
+    topicQueueMappingInfoMap absent, null or empty, its topicQueueMappingDetailMap absent, null or
+    an object; and with two steps the body's filterServerList absent, null or an array of strings.
+    The one definition of the plain form (the twin's scanner reads the same).
+    """
+    if len(table_path) == 1:
+        wrapper, servers = value, None
+    elif len(table_path) == 2 and type(value) is dict:
+        wrapper, servers = value.get(table_path[0]), value.get("filterServerList")
+        if servers is None:
+            servers = []
+        elif type(servers) is not list or any(type(server) is not str for server in servers):
+            return None
+    else:
+        return None
+    if type(wrapper) is not dict:
+        return None
+    table, infos, details = wrapper.get(table_path[-1]), wrapper.get("topicQueueMappingInfoMap"), \
+        wrapper.get("topicQueueMappingDetailMap")
+    version = _plain_version(wrapper.get("dataVersion"))
+    if (type(table) is not dict or any(type(entry) is not tuple for entry in table.values()) or version is None
+            or _plain_version(wrapper.get("mappingDataVersion")) is None
+            or not (infos is None or (type(infos) is dict and not infos))
+            or not (details is None or type(details) is dict)):
+        return None
+    return table, *version, servers
+
+
+def _plain_version(obj: object) -> tuple[int, int, int] | None:
+    """(counter, timestamp, stateVersion) of a plain DataVersion (absent: zeros); None if not plain."""
+    if obj is None:
+        return 0, 0, 0
+    if type(obj) is not dict:
+        return None
+    fields = tuple(0 if field is None else field
+                   for field in (obj.get("counter"), obj.get("timestamp"), obj.get("stateVersion")))
+    if all(type(field) is int and _INT64_MIN <= field <= _INT64_MAX for field in fields):
+        return fields
+    return None
 
 
 def queue_facts(rows: Collection[object]) -> QueueFacts | None:
