@@ -66,10 +66,16 @@ def entry_digest(data: bytes | bytearray | memoryview) -> int:
 
 #: One remembered topic entry, as the twin's `_Entry` struct lays it out (native order): the digest
 #: of its bytes (key to closing brace), and its key's digest's top 40 bits over its length in bytes
-#: (0 past 24 bits: such an entry is never stepped over).
+#: (0 past 24 bits: such an entry is never stepped over). A run's record has the same layout: the
+#: digest of its bytes (first key to last closing brace) and their length (both 0 when one of its
+#: entries is never stepped over, and so neither is the run).
 _ENTRY = struct.Struct("=QQ")
 ENTRY_LENGTH_BITS = 24
 _LENGTH_MASK = (1 << ENTRY_LENGTH_BITS) - 1
+#: Entries are remembered one by one and also in runs of this many, in table order (`entries`: each
+#: entry's record, then each run's): a run whose bytes are those of the previous registration's run
+#: at its place is stepped over at once, so an unchanged table costs a digest per run, not per entry.
+RUN_ENTRIES = 16
 
 _STRING = rb'"(?:[^"\\]++|\\.)*+"'
 _FLAT = rb'[\[{](?:[^"\[\]{}]++|' + _STRING + rb')*+[\]}]'
@@ -120,7 +126,7 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
     if previous is not None:
         if type(previous) is not bytes:
             raise TypeError(f"previous: expected bytes, got {type(previous).__name__}")
-        if len(previous) % _ENTRY.size:
+        if len(previous) % _ENTRY.size or _entry_count(len(previous) // _ENTRY.size) is None:
             raise ValueError("previous: not the entries of a scan_registration")
     try:
         obj = orjson.loads(data)
@@ -278,28 +284,43 @@ def _find_tables(buf: bytes, pos: int, path: tuple[str, ...], step: int, found: 
     return _WS_AT.match(buf, end).end() + 1
 
 
+def _entry_count(records: int) -> int | None:
+    """How many entries `records` records (the entries', then their runs') stand for; None if no count fits."""
+    count = records - -(-records // (RUN_ENTRIES + 1))
+    return count if count + -(-count // RUN_ENTRIES) == records else None
+
+
 def _read_table(buf: bytes, pos: int, previous: bytes | None) -> tuple[bytes, list[str]] | None:
     """At the topic table's '{': (its entries, the keys of those unchanged since `previous`), or
     None when the entries cannot stand for it (a key with escapes, a repeated key)."""
     records: list[tuple[int, int]] = []
+    bounds: list[tuple[int, int]] = []  # where each entry's bytes start and end
     omitted: list[str] = []
-    count = len(previous) // _ENTRY.size if previous else 0
+    count = _entry_count(len(previous) // _ENTRY.size) if previous else 0
     view = memoryview(buf)
     member = _WS_AT.match(buf, pos + 1).end()
     if buf[member] == 0x7D:
         member = None
     while member is not None:
         index = len(records)
+        if index % RUN_ENTRIES == 0 and index < count:
+            digest, span = _ENTRY.unpack_from(previous, (count + index // RUN_ENTRIES) * _ENTRY.size)
+            if 0 < span <= len(buf) - member and entry_digest(view[member:member + span]) == digest:
+                for at in range(index, min(index + RUN_ENTRIES, count)):  # the bytes of before: entries in place
+                    records.append(_ENTRY.unpack_from(previous, at * _ENTRY.size))
+                    end = member + (records[-1][1] & _LENGTH_MASK)
+                    bounds.append((member, end))
+                    omitted.append(_key(buf[member:_STRING_AT.match(buf, member).end()]))
+                    member = _next_unchanged(buf, end)
+                continue
         if index < count:
             digest, key_length = _ENTRY.unpack_from(previous, index * _ENTRY.size)
             span = key_length & _LENGTH_MASK
             if 0 < span <= len(buf) - member and entry_digest(view[member:member + span]) == digest:
                 records.append((digest, key_length))
+                bounds.append((member, member + span))
                 omitted.append(_key(buf[member:_STRING_AT.match(buf, member).end()]))
-                after = _WS_AT.match(buf, member + span).end()
-                if buf[after:after + 1] not in (b",", b"}"):
-                    raise _NotForMe
-                member = _next_member(buf, member + span)
+                member = _next_unchanged(buf, member + span)
                 continue
         key_end = _STRING_AT.match(buf, member).end()
         if b"\\" in buf[member:key_end]:
@@ -309,10 +330,30 @@ def _read_table(buf: bytes, pos: int, previous: bytes | None) -> tuple[bytes, li
         records.append((entry_digest(view[member:end]),
                         (entry_digest(view[member + 1:key_end - 1]) >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
                         | (span if span <= _LENGTH_MASK else 0)))
+        bounds.append((member, end))
         member = _next_member(buf, end)
     if len({(key_length >> ENTRY_LENGTH_BITS) | 1 for _, key_length in records}) != len(records):
         return None
-    return b"".join(_ENTRY.pack(*record) for record in records), omitted
+    runs = [_run_record(view, records, bounds, first) for first in range(0, len(records), RUN_ENTRIES)]
+    return b"".join(_ENTRY.pack(*record) for record in records + runs), omitted
+
+
+def _next_unchanged(buf: bytes, end: int) -> int | None:
+    """`_next_member` after an entry stepped over as unchanged, which must end where its member does."""
+    after = _WS_AT.match(buf, end).end()
+    if buf[after:after + 1] not in (b",", b"}"):
+        raise _NotForMe
+    return _next_member(buf, end)
+
+
+def _run_record(view: memoryview, records: list[tuple[int, int]], bounds: list[tuple[int, int]],
+                first: int) -> tuple[int, int]:
+    """The record of the run of entries from `first`."""
+    last = min(first + RUN_ENTRIES, len(records)) - 1
+    if any(key_length & _LENGTH_MASK == 0 for _, key_length in records[first:last + 1]):
+        return 0, 0
+    start, end = bounds[first][0], bounds[last][1]
+    return entry_digest(view[start:end]), end - start
 
 
 def count_entries(data: bytes | bytearray | memoryview, table_path: tuple[str, ...]) -> int | None:
