@@ -78,7 +78,41 @@ def reference(data: bytes, path: tuple[str, ...]) -> object:
     table = at_path(value, path)
     if type(table) is dict:
         table.update({key: fields for key, entry in table.items() if (fields := plain_fields(entry)) is not None})
-    return value
+    return plain_body(value, path) or value
+
+
+INT64 = range(-(2 ** 63), 2 ** 63)
+
+
+def plain_version(obj: Any) -> tuple | None:
+    """A DataVersion's (counter, timestamp, stateVersion) when it is absent, null or an object of
+    JSON integers within int64 (each may be absent or null: 0), else None."""
+    if obj is None:
+        return 0, 0, 0
+    if type(obj) is not dict:
+        return None
+    fields = [0 if obj.get(key) is None else obj.get(key) for key in ("counter", "timestamp", "stateVersion")]
+    return tuple(fields) if all(type(n) is int and n in INT64 for n in fields) else None
+
+
+def plain_body(value: Any, path: tuple[str, ...]) -> tuple | None:
+    """What scan_registration's value must be instead of the parsed body when the body is of the
+    plain form: (table, counter, timestamp, stateVersion, filterServerList or None), else None."""
+    if len(path) not in (1, 2) or type(value) is not dict:
+        return None
+    wrapper = value if len(path) == 1 else value.get(path[0])
+    servers = None if len(path) == 1 else value.get("filterServerList", [])
+    servers = [] if servers is None and len(path) == 2 else servers
+    if type(wrapper) is not dict or (servers is not None and (type(servers) is not list
+                                                              or not all(type(s) is str for s in servers))):
+        return None
+    table, version = wrapper.get(path[-1]), plain_version(wrapper.get("dataVersion"))
+    if (type(table) is not dict or not all(type(entry) is tuple for entry in table.values()) or version is None
+            or plain_version(wrapper.get("mappingDataVersion")) is None
+            or wrapper.get("topicQueueMappingInfoMap") not in (None, {})
+            or type(wrapper.get("topicQueueMappingDetailMap")) not in (type(None), dict)):
+        return None
+    return table, *version, servers
 
 
 def reference_facts(rows: list[object]) -> tuple | None:
@@ -96,7 +130,7 @@ def check_facts(impl: object, result: tuple, path: tuple[str, ...]) -> None:
     """A scan_registration result's facts are the reference's for the entries it read (the
     extension may answer None), and None when it offers no entries."""
     value, entries, _, facts = result
-    table = at_path(value, path)
+    table = scanned_table(value, path)
     expected = reference_facts(list(table.values())) if entries is not None and type(table) is dict else None
     if facts is not None or impl is pure:
         assert facts == expected, (facts, expected)
@@ -109,6 +143,11 @@ def reference_count(data: bytes, path: tuple[str, ...]) -> int | None:
     except orjson.JSONDecodeError:
         return None
     return len(table) if type(table) is dict and path else None
+
+
+def scanned_table(value: object, path: tuple[str, ...]) -> object:
+    """The topic table of a scan_registration value: the plain form's first member, else at `path`."""
+    return value[0] if type(value) is tuple else at_path(value, path)
 
 
 def at_path(value: object, path: tuple[str, ...]) -> object:

@@ -23,10 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.lib.fleet import FleetShape, register_body
-from fastpath_cases import ENTRY_FIELDS, IMPLEMENTATIONS, INT32_MAX, INT32_MIN, check_facts, reference, reference_count
+from fastpath_cases import (ANY_VALUE, ENTRY_FIELDS, IMPLEMENTATIONS, INT32_MAX, INT32_MIN, PLAIN_ENTRY, check_facts,
+                            plain_body, reference, reference_count, scanned_table)
 from namesrv.fastpath import pure, registration
 from namesrv.protocol import ProtocolError, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper, Version
-from namesrv.protocol.topic import DataVersion, TopicQueueTable, decode_registration
+from namesrv.protocol.topic import DataVersion, TopicQueueTable, _decode_json_body, decode_registration
 
 each_impl = pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 TABLE_PATH = ("topicConfigSerializeWrapper", "topicConfigTable")
@@ -334,17 +335,16 @@ def fleet_body(topics: int, version: int = Version.V5_3_3) -> bytes:
 def test_a_fleet_body_reads_every_topic_as_a_tuple(impl):
     body = fleet_body(100)
     got = agrees(impl, body, TABLE_PATH)
-    table = got["topicConfigSerializeWrapper"]["topicConfigTable"]
+    table, counter, timestamp, state_version, servers = got  # the plain form, as brokers send it
     assert len(table) == 100
     assert all(fields == (name, 8, 8, 6, 0) for name, fields in table.items())
-    assert got["topicConfigSerializeWrapper"]["dataVersion"] == {"counter": 7, "stateVersion": 0,
-                                                                 "timestamp": 1700000000000}
+    assert (counter, timestamp, state_version, servers) == (7, 1700000000000, 0, [])
 
 
 @each_impl
 def test_the_legacy_layout_reads_its_table_at_the_top(impl):
     body = fleet_body(5, Version.V3_0_11 - 1)
-    table = agrees(impl, body, LEGACY_PATH)["topicConfigTable"]
+    table = scanned_table(agrees(impl, body, LEGACY_PATH), LEGACY_PATH)
     assert [type(fields) for fields in table.values()] == [tuple] * 5
 
 
@@ -365,9 +365,7 @@ def test_bodies_of_our_own_encoders(impl):
     wrapper = TopicConfigSerializeWrapper(configs, DataVersion(1, 2, 3))
     for version, path in ((Version.V5_3_3, TABLE_PATH), (Version.V3_0_11 - 1, LEGACY_PATH)):
         body = RegisterBrokerBody(wrapper, ["f:1"]).encode(version=version)
-        table = agrees(impl, body, path)
-        for step in path:
-            table = table[step]
+        table = scanned_table(agrees(impl, body, path), path)
         assert table == {name: config.queue_fields() for name, config in configs.items()}
 
 
@@ -406,7 +404,7 @@ DROP = object()
 @each_impl
 def test_entries_that_are_not_plain_stay_as_orjson_reads_them(impl, entry):
     body = orjson.dumps({"topicConfigTable": {"T": entry, "P": ENTRY}})
-    table = agrees(impl, body, LEGACY_PATH)["topicConfigTable"]
+    table = scanned_table(agrees(impl, body, LEGACY_PATH), LEGACY_PATH)
     assert same(table["T"], entry) and table["P"] == ("T", 8, 8, 6, 0)
 
 
@@ -438,7 +436,7 @@ def test_entries_that_are_not_plain_stay_as_orjson_reads_them(impl, entry):
 ], ids=range(8))
 @each_impl
 def test_entry_members_read_as_the_dict_says(impl, entry, expected):
-    assert same(agrees(impl, table_of(entry), LEGACY_PATH)["topicConfigTable"]["T"], expected)
+    assert same(scanned_table(agrees(impl, table_of(entry), LEGACY_PATH), LEGACY_PATH)["T"], expected)
 
 
 #: For each member: another value a plain entry may have, and one no plain entry has.
@@ -457,7 +455,7 @@ def test_a_repeated_member_counts_with_its_last_value(impl, member, order):
     others = b",".join(orjson.dumps({key: value})[1:-1] for key, value in ENTRY.items() if key != member)
     entry = (b"{" + orjson.dumps({member: first})[1:-1] + b"," + others + b"," + orjson.dumps({member: last})[1:-1]
              + b"}")
-    got = agrees(impl, table_of(entry), LEGACY_PATH)["topicConfigTable"]["T"]
+    got = scanned_table(agrees(impl, table_of(entry), LEGACY_PATH), LEGACY_PATH)["T"]
     expected = {member: last, **{key: value for key, value in ENTRY.items() if key != member}}  # first place
     assert same(got, registration._plain_queue_fields(expected) or expected)
 
@@ -476,7 +474,7 @@ def test_duplicate_tables_and_entries_keep_the_last(impl):
     first = orjson.dumps({"T": ENTRY, "U": ENTRY})
     body = (b'{"topicConfigSerializeWrapper":{"topicConfigTable":' + first + b',"topicConfigTable":{"U":1,'
             b'"T":' + orjson.dumps(ENTRY) + b',"T":' + orjson.dumps(entry_with(perm="x")) + b"}}}")
-    table = agrees(impl, body, TABLE_PATH)["topicConfigSerializeWrapper"]["topicConfigTable"]
+    table = scanned_table(agrees(impl, body, TABLE_PATH), TABLE_PATH)
     assert list(table) == ["U", "T"] and table["U"] == 1 and table["T"]["perm"] == "x"
 
 
@@ -629,6 +627,79 @@ def test_decode_registration_matches_the_full_decode(live, document, style):
 def test_odd_bodies_read_or_fail_as_the_full_decode_does(live, data):
     for version in (Version.V5_3_3, Version.V3_0_11 - 1):
         assert outcome(decode_registration, data, False, version) == outcome(full_decode, data, version)
+
+
+# ---------------------------------------------------------------- the plain form: the body read at once
+
+#: A DataVersion's field: what brokers send, and near misses (past int64, bools, decimal strings).
+INT64 = st.integers(-(2 ** 63), 2 ** 63 - 1)
+VERSION_FIELD = st.one_of(INT64, st.none(), st.integers(-(2 ** 64), 2 ** 64),
+                          st.sampled_from([2 ** 63 - 1, 2 ** 63, -(2 ** 63), -(2 ** 63) - 1, True, "12", 1.5]))
+
+
+def version(field: st.SearchStrategy) -> st.SearchStrategy:
+    return st.fixed_dictionaries({}, optional={"counter": field, "timestamp": field, "stateVersion": field,
+                                               "x": ANY_VALUE})
+
+
+#: A registration body of the plain form (a wrapper's member may be absent too) ...
+PLAIN_VERSION = st.one_of(st.none(), version(st.one_of(INT64, st.none())))
+PLAIN_WRAPPER = st.fixed_dictionaries(
+    {"topicConfigTable": st.dictionaries(st.text(max_size=3), PLAIN_ENTRY, max_size=3)},
+    optional={"dataVersion": PLAIN_VERSION, "mappingDataVersion": PLAIN_VERSION,
+              "topicQueueMappingInfoMap": st.sampled_from([{}, None]),
+              "topicQueueMappingDetailMap": st.one_of(st.none(), st.dictionaries(st.text(max_size=2), ANY_VALUE,
+                                                                                 max_size=2))})
+PLAIN_SERVERS = st.one_of(st.none(), st.lists(st.text(max_size=4), max_size=3))
+#: ... and what may stand in each place instead: near misses of the plain form's members.
+NEAR_MISSES = {
+    "topicConfigTable": st.one_of(ANY_VALUE, st.dictionaries(st.text(max_size=3), st.one_of(PLAIN_ENTRY, ANY_VALUE),
+                                                             max_size=3)),
+    "dataVersion": st.one_of(version(VERSION_FIELD), ANY_VALUE),
+    "mappingDataVersion": st.one_of(version(VERSION_FIELD), ANY_VALUE),
+    "topicQueueMappingInfoMap": st.one_of(ANY_VALUE, st.dictionaries(st.text(max_size=2), st.one_of(
+        st.none(), st.just({}), ANY_VALUE), min_size=1, max_size=2)),
+    "topicQueueMappingDetailMap": ANY_VALUE,
+    "filterServerList": st.one_of(ANY_VALUE, st.lists(st.one_of(st.text(max_size=2), ANY_VALUE), max_size=2)),
+}
+
+
+@st.composite
+def registration_bodies(draw: st.DrawFn) -> dict:
+    """A body of the plain form, with up to two of its members replaced by near misses."""
+    wrapper = draw(PLAIN_WRAPPER)
+    body = {"topicConfigSerializeWrapper": wrapper}
+    if draw(st.booleans()):
+        body["filterServerList"] = draw(PLAIN_SERVERS)
+    for member in draw(st.lists(st.sampled_from(sorted(NEAR_MISSES)), max_size=2)):
+        (body if member == "filterServerList" else wrapper)[member] = draw(NEAR_MISSES[member])
+    return body
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=registration_bodies(), legacy=st.booleans())
+def test_the_plain_form_decodes_as_the_general_path(live, body, legacy):
+    """Whatever the wrapper's members hold, a body the scanner hands back in its plain form decodes
+    to what `_decode_json_body` reads of the parsed body (and one it refuses is never plain)."""
+    version, path = (Version.V3_0_11 - 1, LEGACY_PATH) if legacy else (Version.V5_3_3, TABLE_PATH)
+    data = json.dumps(body["topicConfigSerializeWrapper"] if legacy else body).encode()  # ints past 64 bits too
+    got = agrees(live, data, path)
+    general = outcome(_decode_json_body, data, version, TopicQueueTable.from_dict)
+    assert outcome(decode_registration, data, False, version) == general
+    assert type(got) is not tuple or type(general) is tuple, general  # read at once, so it must read
+
+
+@pytest.mark.parametrize("wrapper", [
+    b'"dataVersion":{"counter":3,"timestamp":1700000000000}',  # a 4.x broker: no stateVersion
+    b'"dataVersion":{"counter":3,"stateVersion":0,"timestamp":1700000000000},"mappingDataVersion":{"counter":0,'
+    b'"stateVersion":0,"timestamp":1700000000000},"topicQueueMappingDetailMap":{},"topicQueueMappingInfoMap":{}',
+])
+def test_what_brokers_send_is_of_the_plain_form(live, wrapper):
+    data = (b'{"filterServerList":["10.0.0.1:1"],"topicConfigSerializeWrapper":{' + wrapper
+            + b',"topicConfigTable":{"T":' + orjson.dumps(ENTRY) + b"}}}")
+    table, counter, timestamp, _, servers = live.scan_registration(data, TABLE_PATH, None)[0]
+    assert (table, counter, timestamp, servers) == ({"T": ("T", 8, 8, 6, 0)}, 3, 1700000000000, ["10.0.0.1:1"])
+    assert decode_registration(data) == _decode_json_body(data, Version.V5_3_3, TopicQueueTable.from_dict)
 
 
 def test_a_body_that_is_not_json_fails_as_it_always_did(live):

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastpath_cases import IMPLEMENTATIONS, _fastpath, check_facts, reference, reference_facts
-from namesrv.fastpath import pure
+from fastpath_cases import (IMPLEMENTATIONS, _fastpath, check_facts, needs_extension, reference, reference_facts,
+                            scanned_table)
+from namesrv.fastpath import pure, registration
 from namesrv.protocol.topic import DataVersion, decode_registration
 
 TABLE_PATH = ("topicConfigSerializeWrapper", "topicConfigTable")
@@ -36,7 +37,7 @@ def body(entries: list[str], counter: int = 1) -> bytes:
 
 
 def table(value: object) -> dict:
-    return value["topicConfigSerializeWrapper"]["topicConfigTable"]
+    return scanned_table(value, TABLE_PATH)
 
 
 def full(data: bytes) -> dict:
@@ -68,7 +69,7 @@ def test_a_repeated_table_leaves_every_entry_out_and_offers_the_same_entries(twi
     again, entries_again, omitted_again = scan(twin, body(TOPICS, counter=2), entries)
     assert omitted_again == len(TOPICS)
     assert table(again) == {}
-    assert again["topicConfigSerializeWrapper"]["dataVersion"]["counter"] == 2  # the rest is read as ever
+    assert again[1] == 2  # the rest is read as ever (here the plain form's counter)
     assert entries_again == entries
 
 
@@ -145,6 +146,17 @@ def test_two_topic_tables_offer_no_entries(twin):
     assert offered is None and omitted == 0 and table(value) == full(data)
 
 
+def test_two_topic_tables_read_in_runs_offer_no_entries(twin):
+    """As above, with tables past GIL_FREE_BYTES (the pre-scan's runs) and the previous entries
+    matching each table in turn."""
+    rows = [entry(f"topic-{i}") for i in range(400)]
+    _, single, _ = scan(twin, body(rows))
+    tables = ",".join(rows).encode()
+    data = b'{"topicConfigSerializeWrapper":{"topicConfigTable":{%s},"topicConfigTable":{%s}}}' % (tables, tables)
+    value, offered, omitted = scan(twin, data, single)
+    assert offered is None and omitted == 0 and table(value) == full(data)
+
+
 def test_a_body_that_is_not_json_is_still_not_for_the_scanner(twin):
     _, entries, _ = scan(twin, body(TOPICS))
     truncated = body(TOPICS, 2)[:-3]
@@ -162,8 +174,9 @@ def test_an_entry_past_the_length_a_record_holds_is_always_read(twin):
 
 
 def test_previous_must_come_from_the_scanner(twin):
-    with pytest.raises(ValueError):
-        twin.scan_registration(body(TOPICS), TABLE_PATH, b"\x00" * 15)
+    for length in (15, 16, 18 * 16):  # not whole records; one record (no entry, no run); 18 (no count has 18)
+        with pytest.raises(ValueError):
+            twin.scan_registration(body(TOPICS), TABLE_PATH, b"\x00" * length)
     with pytest.raises(TypeError):
         twin.scan_registration(body(TOPICS), TABLE_PATH, bytearray(16))
 
@@ -258,6 +271,7 @@ def test_an_entry_that_grew_past_its_previous_bytes_is_left_to_the_caller(twin):
     data = b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"a":1,"b":2}}}'
     _, entries, _ = scan(twin, data)
     assert twin.scan_registration(data.replace(b'"a":1', b'"a":12'), TABLE_PATH, entries) is None
+    assert twin.scan_registration(data.replace(b'"b":2', b'"b":23'), TABLE_PATH, entries) is None  # a run's last
 
 
 # ---------------------------------------------------------------- the pre-scan without the interpreter lock
@@ -332,3 +346,68 @@ def test_members_shorter_than_a_note_are_read_with_the_lock_held(twin):
     assert table(value) == full(data)
     value, _, omitted = scan(twin, body(tiny, 2), entries)
     assert omitted == len(tiny) and table(value) == {}
+
+
+# ------------------------------------------------------- runs: unchanged entries stepped over RUN_ENTRIES at a time
+
+RUN = registration.RUN_ENTRIES
+
+
+def _changed(rows: list[str], change: str) -> list[str]:
+    """`rows` with one kind of change (at a run's boundaries, inside one, or to the count)."""
+    rows = list(rows)
+    at = {"first": 0, "last": len(rows) - 1, "a run's first": RUN, "a run's last": RUN - 1, "inside a run": RUN + 5,
+          "the last run's first": (len(rows) - 1) // RUN * RUN}
+    if change in at:
+        if 0 <= at[change] < len(rows):
+            rows[at[change]] = rows[at[change]].replace('"perm":6', '"perm":2')
+    elif change == "appended":
+        rows.append(entry("appended"))
+    elif change == "removed last":
+        rows = rows[:-1]
+    elif change == "removed first":
+        rows = rows[1:]
+    elif change == "inserted at a run's first":
+        rows.insert(min(RUN, len(rows)), entry("inserted"))
+    elif change == "swapped":
+        if len(rows) > RUN + 3:
+            rows[2], rows[RUN + 3] = rows[RUN + 3], rows[2]
+    elif change != "none":
+        raise AssertionError(change)
+    return rows
+
+
+CHANGES = ["none", "first", "last", "a run's first", "a run's last", "inside a run", "the last run's first", "appended",
+           "removed last", "removed first", "inserted at a run's first", "swapped"]
+
+
+@pytest.mark.parametrize("size", [0, 1, RUN - 1, RUN, RUN + 1, 2 * RUN - 1, 2 * RUN, 2 * RUN + 1, 100, 255, 256, 257,
+                                  400])  # 400 entries: past GIL_FREE_BYTES, stepped over by the pre-scan
+@pytest.mark.parametrize("change", CHANGES)
+def test_entries_left_out_in_runs_are_exactly_those_unchanged_in_place(twin, size, change):
+    """Whatever changed, where: an entry is left out exactly when its bytes are the previous
+    registration's entry's at its place, the rest read as the full parse reads them; and the
+    entries offered depend on the body alone, not on what was left out."""
+    rows = [entry(f"topic-{i}", perm=6, queues=i % 9) for i in range(size)]
+    _, entries, _ = scan(twin, body(rows))
+    assert len(entries) == 16 * (size + -(-size // RUN))  # each entry's record, then each run's
+    new_rows = _changed(rows, change)
+    data = body(new_rows, counter=2)
+    value, offered, omitted = scan(twin, data, entries)
+    unchanged = [i for i, row in enumerate(new_rows) if i < len(rows) and rows[i] == row]
+    assert omitted == len(unchanged)
+    kept = {row.split('"')[1] for i, row in enumerate(new_rows) if i not in unchanged}
+    assert table(value) == {name: fields for name, fields in full(data).items() if name in kept}
+    assert offered == scan(twin, data)[1]
+
+
+@needs_extension
+@pytest.mark.parametrize("size", [RUN, 3 * RUN + 7, 400])
+@pytest.mark.parametrize("change", CHANGES)
+def test_the_twins_agree_on_runs(size, change):
+    rows = [entry(f"topic-{i}", perm=6, queues=i % 9) for i in range(size)]
+    previous = pure.scan_registration(body(rows), TABLE_PATH, None)[1]
+    assert _fastpath.scan_registration(body(rows), TABLE_PATH, None)[1] == previous
+    data = body(_changed(rows, change), counter=2)
+    assert agree(_fastpath.scan_registration(data, TABLE_PATH, previous),
+                 pure.scan_registration(data, TABLE_PATH, previous))

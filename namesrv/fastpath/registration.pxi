@@ -160,13 +160,16 @@ cdef struct _Entry:
     # What scan_registration remembers of a topic entry, in table order (16 bytes: a broker of
     # 10,000 topics costs 160 KB): the digest of its bytes (key to closing brace), and in one
     # word its key digest's top 40 bits (to find a repeated key) and its length (0 if past 24 bits:
-    # never stepped over).
+    # never stepped over). A run of RUN_ENTRIES entries is remembered in the same layout: the
+    # digest of its bytes (first key to last closing brace) and their length (both 0 when one of
+    # its entries is never stepped over, and so neither is the run); the runs follow the entries.
     uint64_t digest
     uint64_t key_length
 
 
 cdef enum:
     ENTRY_LENGTH_BITS = 24
+    RUN_ENTRIES = 16    # see namesrv.fastpath.registration.RUN_ENTRIES
 
 
 cdef struct _Facts:
@@ -185,9 +188,18 @@ cdef struct _Facts:
 cdef struct _Digests:
     const _Entry *previous      # the previous registration's entries, in its table order
     Py_ssize_t previous_count
+    const _Entry *previous_runs # ... and its runs
+    Py_ssize_t previous_run_count
     _Entry *entries             # this table's entries, in order (grown as they are read)
     Py_ssize_t count
     Py_ssize_t capacity
+    _Entry *runs                # ... and its runs, each noted when its last entry is
+    Py_ssize_t run_count
+    Py_ssize_t run_capacity
+    Py_ssize_t run_start        # the run being noted: where its first entry starts,
+    Py_ssize_t run_end          # where its last entry noted so far ends,
+    bint run_steppable          # whether every entry of it may be stepped over,
+    Py_ssize_t run_copied       # and the previous run it was stepped over as (-1: none)
     Py_ssize_t omitted
     int tables          # topic tables reached: a repeated table key would make the entries ambiguous
     bint escaped_key    # a key with escapes has more than one spelling: digests cannot tell keys apart
@@ -209,6 +221,83 @@ cdef inline Py_ssize_t _unchanged_span(const _Entry *before, const unsigned char
     cdef Py_ssize_t span = <Py_ssize_t>(before.key_length & ((1 << ENTRY_LENGTH_BITS) - 1))
     if 0 < span <= end - pos and _digest(p + pos, span) == before.digest:
         return span
+    return 0
+
+
+cdef inline Py_ssize_t _unchanged_run_span(const _Digests *d, Py_ssize_t index, const unsigned char *p,
+                                           Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
+    """The length of the run of entries from the member at p[pos] (entry `index`) when it starts a
+    run and its bytes are those of the previous registration's run at its place, else 0."""
+    cdef const _Entry *before
+    if index % RUN_ENTRIES or index // RUN_ENTRIES >= d.previous_run_count:
+        return 0
+    before = d.previous_runs + index // RUN_ENTRIES
+    if 0 < before.key_length <= <uint64_t>(end - pos) and _digest(p + pos, before.key_length) == before.digest:
+        return <Py_ssize_t>before.key_length
+    return 0
+
+
+cdef Py_ssize_t _entry_count(Py_ssize_t records) noexcept:
+    """How many entries `records` records (the entries', then their runs') stand for; -1 if no count fits."""
+    cdef Py_ssize_t count = records - (records + RUN_ENTRIES) // (RUN_ENTRIES + 1)
+    return count if count + (count + RUN_ENTRIES - 1) // RUN_ENTRIES == records else -1
+
+
+cdef int _note_member(_Digests *d, const unsigned char *p, uint64_t digest, uint64_t key_length, Py_ssize_t start,
+                      Py_ssize_t end) except -1:
+    """Note the entry p[start:end] (key to closing brace), and the run it closes if it closes one."""
+    if d.count % RUN_ENTRIES == 0:
+        d.run_start = start
+        d.run_steppable = True
+        d.run_copied = -1
+    _note_entry(d, digest, key_length)
+    d.run_end = end
+    if key_length & ((1 << ENTRY_LENGTH_BITS) - 1) == 0:
+        d.run_steppable = False
+    if d.count % RUN_ENTRIES == 0:
+        _note_run(d, p)
+    return 0
+
+
+cdef Py_ssize_t _note_unchanged_run(_Digests *d, const unsigned char *p, Py_ssize_t first, Py_ssize_t start,
+                                    Py_ssize_t span) except -1:
+    """Note the previous registration's run from entry `first`, found unchanged at p[start]; how
+    many entries it holds."""
+    cdef Py_ssize_t index, last = min(first + RUN_ENTRIES, d.previous_count)
+    for index in range(first, last):
+        _note_entry(d, d.previous[index].digest, d.previous[index].key_length)
+    d.omitted += last - first
+    d.run_start = start
+    d.run_end = start + span
+    d.run_steppable = True
+    d.run_copied = first // RUN_ENTRIES
+    if d.count % RUN_ENTRIES == 0:
+        _note_run(d, p)
+    return last - first
+
+
+cdef int _note_run(_Digests *d, const unsigned char *p) except -1:
+    """Note the run the last entry noted closes (RUN_ENTRIES of them, or the table's last)."""
+    cdef Py_ssize_t capacity, run = (d.count - 1) // RUN_ENTRIES
+    cdef _Entry *grown
+    cdef _Entry *noted
+    if d.run_count == d.run_capacity:
+        capacity = 8 if d.run_capacity == 0 else 2 * d.run_capacity
+        grown = <_Entry *>PyMem_Realloc(d.runs, capacity * sizeof(_Entry))
+        if grown == NULL:
+            raise MemoryError()
+        d.runs = grown
+        d.run_capacity = capacity
+    noted = d.runs + d.run_count
+    d.run_count += 1
+    if d.run_copied == run and <uint64_t>(d.run_end - d.run_start) == d.previous_runs[run].key_length:
+        noted[0] = d.previous_runs[run]  # the same bytes: no need to digest them again
+    elif d.run_steppable:
+        noted.digest = _digest(p + d.run_start, d.run_end - d.run_start)
+        noted.key_length = <uint64_t>(d.run_end - d.run_start)
+    else:
+        noted.digest = 0
+        noted.key_length = 0
     return 0
 
 
@@ -576,11 +665,13 @@ cdef dict _object(_Json *j, int depth, tuple path, Py_ssize_t step):
 
 cdef struct _Plain:
     # A member of the topic table as `_prescan` read it without the interpreter lock: from its
-    # key's quote (`start`) to past its value (`end`); stepped over as unchanged (`omitted`), or an
-    # entry of the plain form with its key and topic name spans, its fields and its `_Entry` words.
+    # key's quote (`start`) to past its value (`end`); stepped over as unchanged (`omitted`: alone,
+    # or with the rest of its run when `run`), or an entry of the plain form with its key and topic
+    # name spans, its fields and its `_Entry` words.
     Py_ssize_t start
     Py_ssize_t end
     bint omitted
+    bint run
     Py_ssize_t key_start
     Py_ssize_t key_length
     Py_ssize_t topic_start
@@ -646,9 +737,11 @@ cdef dict _table(_Json *j, int depth):
             if next_plain < plains.count and plains.items[next_plain].start == entry_start:
                 plain = plains.items + next_plain
                 next_plain += 1
-                if plain.omitted:
+                if plain.run:
+                    index += _note_unchanged_run(d, j.p, index, entry_start, plain.end - entry_start) - 1
+                elif plain.omitted:
                     before = d.previous + index
-                    _note_entry(d, before.digest, before.key_length)
+                    _note_member(d, j.p, before.digest, before.key_length, entry_start, plain.end)
                     d.omitted += 1
                 else:
                     key = _ascii_str(j.p + plain.key_start, plain.key_length)
@@ -658,23 +751,28 @@ cdef dict _table(_Json *j, int depth):
                              PyLong_FromLong(plain.read), PyLong_FromLong(plain.write),
                              PyLong_FromLong(plain.perm), PyLong_FromLong(plain.sys_flag))
                     if d != NULL:
-                        _note_entry(d, plain.digest, plain.key_digest_length)
+                        _note_member(d, j.p, plain.digest, plain.key_digest_length, entry_start, plain.end)
                     out[key] = value
                 j.pos = plain.end
                 index += 1
                 if not _more(j, 125):
-                    return out
+                    break
                 continue
             if d != NULL and index < d.previous_count:
-                before = d.previous + index
-                span = _unchanged_span(before, j.p, entry_start, j.end)
+                span = _unchanged_run_span(d, index, j.p, entry_start, j.end)
                 if span:
-                    _note_entry(d, before.digest, before.key_length)
-                    d.omitted += 1
+                    index += _note_unchanged_run(d, j.p, index, entry_start, span) - 1
+                else:
+                    before = d.previous + index
+                    span = _unchanged_span(before, j.p, entry_start, j.end)
+                    if span:
+                        _note_member(d, j.p, before.digest, before.key_length, entry_start, entry_start + span)
+                        d.omitted += 1
+                if span:
                     j.pos = entry_start + span
                     index += 1
                     if not _more(j, 125):
-                        return out
+                        break
                     continue
             read_here = True
             flags = _string_span(j, &start, &length)
@@ -688,11 +786,15 @@ cdef dict _table(_Json *j, int depth):
                 if flags & STR_ESCAPED:
                     d.escaped_key = True
                 span = j.pos - entry_start
-                _note_entry(d, _digest(j.p + entry_start, span), _key_length_word(j.p + start, length, span))
+                _note_member(d, j.p, _digest(j.p + entry_start, span), _key_length_word(j.p + start, length, span),
+                             entry_start, j.pos)
             out[key] = value
             index += 1
             if not _more(j, 125):
-                return out
+                break
+        if d != NULL and d.count % RUN_ENTRIES:
+            _note_run(d, j.p)  # the table's last run, shorter than the others
+        return out
     finally:
         PyMem_RawFree(plains.items)
         if d != NULL:
@@ -705,8 +807,7 @@ cdef void _prescan(_Json j, const _Digests *d, _Plains *plains) noexcept nogil:
     as unchanged, or read as an entry of the plain form (`_plain_member`), stopping at the first
     other one (or at the table's end, or when memory runs out). Only syntax `_table` accepts is
     noted, so a noted member is read exactly as `_table` would read it."""
-    cdef Py_ssize_t index = 0, span, after
-    cdef const _Entry *before
+    cdef Py_ssize_t index = 0, span, after, entries
     cdef _Plain *member
     cdef _Plain *grown
     while True:
@@ -722,8 +823,15 @@ cdef void _prescan(_Json j, const _Digests *d, _Plains *plains) noexcept nogil:
         member = plains.items + plains.count
         member.start = j.pos
         member.omitted = False
+        member.run = False
+        entries = 1
         if d != NULL and index < d.previous_count:
-            span = _unchanged_span(d.previous + index, j.p, j.pos, j.end)
+            span = _unchanged_run_span(d, index, j.p, j.pos, j.end)
+            member.run = span != 0
+            if member.run:
+                entries = min(RUN_ENTRIES, d.previous_count - index)
+            else:
+                span = _unchanged_span(d.previous + index, j.p, j.pos, j.end)
             if span:
                 member.omitted = True
                 j.pos += span
@@ -742,7 +850,7 @@ cdef void _prescan(_Json j, const _Digests *d, _Plains *plains) noexcept nogil:
                 plains.count += 1
             return
         plains.count += 1
-        index += 1
+        index += entries
         j.pos += 1
         _skip_ws(&j)
 
@@ -1071,30 +1179,97 @@ def scan_registration(data, tuple table_path not None, previous):
     """See `namesrv.fastpath.registration.scan_registration`."""
     cdef _Digests d
     cdef object value
-    if previous is not None and len(<bytes?>previous) % sizeof(_Entry):
-        raise ValueError("previous: not the entries of a scan_registration")
-    d.previous = NULL
-    d.previous_count = 0
+    cdef bytes entries
+    cdef Py_ssize_t records = 0
+    if previous is not None:
+        records = len(<bytes?>previous) // sizeof(_Entry)
+        if len(previous) % sizeof(_Entry) or _entry_count(records) < 0:
+            raise ValueError("previous: not the entries of a scan_registration")
+    memset(&d, 0, sizeof(d))
     if previous is not None:
         d.previous = <const _Entry *><const char *>PyBytes_AS_STRING(previous)
-        d.previous_count = len(previous) // sizeof(_Entry)
-    d.entries = NULL
-    d.count = 0
-    d.capacity = 0
-    d.omitted = 0
-    d.tables = 0
-    d.escaped_key = False
-    d.facts_cover = False
+        d.previous_count = _entry_count(records)
+        d.previous_runs = d.previous + d.previous_count
+        d.previous_run_count = records - d.previous_count
     try:
         value = _scan(data, table_path, &d, False)
-        if d.tables != 1 or d.escaped_key or _has_repeated_key(d.entries, d.count):
-            return scan_registration(data, table_path, None) if d.omitted else (value, None, 0, None)
-        return (value, PyBytes_FromStringAndSize(<const char *>d.entries, d.count * sizeof(_Entry)), d.omitted,
+        # Every entry stepped over in place: the previous registration's keys, which were told apart.
+        if d.tables != 1 or d.escaped_key or (not d.omitted == d.count == d.previous_count
+                                              and _has_repeated_key(d.entries, d.count)):
+            return scan_registration(data, table_path, None) if d.omitted else (_plain_or(value, table_path), None,
+                                                                                 0, None)
+        entries = PyBytes_FromStringAndSize(NULL, (d.count + d.run_count) * sizeof(_Entry))
+        memcpy(PyBytes_AS_STRING(entries), d.entries, d.count * sizeof(_Entry))
+        memcpy(PyBytes_AS_STRING(entries) + d.count * sizeof(_Entry), d.runs, d.run_count * sizeof(_Entry))
+        return (_plain_or(value, table_path), entries, d.omitted,
                 _facts_tuple(&d.facts) if d.facts_cover and d.facts.count else None)
     except (_NotForMe, UnicodeDecodeError):
         return None
     finally:
         PyMem_Free(d.entries)
+        PyMem_Free(d.runs)
+
+
+cdef object _plain_or(object value, tuple path):
+    """`value`'s plain form (see `namesrv.fastpath.registration.plain_form`), else `value`."""
+    cdef object wrapper, servers, table, infos, details, server, entry
+    cdef tuple version
+    if len(path) == 1:
+        wrapper, servers = value, None
+    elif len(path) == 2 and type(value) is dict:
+        wrapper, servers = (<dict>value).get(path[0]), (<dict>value).get("filterServerList")
+        if servers is None:
+            servers = []
+        elif type(servers) is not list:
+            return value
+        else:
+            for server in <list>servers:
+                if type(server) is not str:
+                    return value
+    else:
+        return value
+    if type(wrapper) is not dict:
+        return value
+    table = (<dict>wrapper).get(path[len(path) - 1])  # no negative indexes: wraparound is off
+    infos = (<dict>wrapper).get("topicQueueMappingInfoMap")
+    details = (<dict>wrapper).get("topicQueueMappingDetailMap")
+    version = _plain_version((<dict>wrapper).get("dataVersion"))
+    if (type(table) is not dict or version is None or _plain_version((<dict>wrapper).get("mappingDataVersion")) is None
+            or not (infos is None or (type(infos) is dict and not infos))
+            or not (details is None or type(details) is dict)):
+        return value
+    for entry in (<dict>table).values():
+        if type(entry) is not tuple:
+            return value
+    return (table, version[0], version[1], version[2], servers)
+
+
+cdef tuple _ZERO_VERSION = (0, 0, 0)
+
+
+cdef tuple _plain_version(object obj):
+    """(counter, timestamp, stateVersion) of a plain DataVersion (absent: zeros); None if not plain."""
+    if obj is None:
+        return _ZERO_VERSION
+    if type(obj) is not dict:
+        return None
+    cdef object counter = (<dict>obj).get("counter"), timestamp = (<dict>obj).get("timestamp")
+    cdef object state = (<dict>obj).get("stateVersion")
+    counter = 0 if counter is None else counter
+    timestamp = 0 if timestamp is None else timestamp
+    state = 0 if state is None else state
+    if _is_int64(counter) and _is_int64(timestamp) and _is_int64(state):
+        return (counter, timestamp, state)
+    return None
+
+
+cdef inline bint _is_int64(object value) except -1:
+    """A JSON integer (exactly int, so never bool) within int64."""
+    cdef int overflow = 0
+    if type(value) is not int:
+        return False
+    PyLong_AsLongLongAndOverflow(value, &overflow)
+    return overflow == 0
 
 
 cdef tuple _facts_tuple(const _Facts *facts):

@@ -16,6 +16,7 @@ import orjson
 from xxhash import xxh3_64_intdigest
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 #: TopicFilterType's names (as `namesrv.protocol.topic.FILTER_TYPES`).
 _FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
@@ -65,10 +66,16 @@ def entry_digest(data: bytes | bytearray | memoryview) -> int:
 
 #: One remembered topic entry, as the twin's `_Entry` struct lays it out (native order): the digest
 #: of its bytes (key to closing brace), and its key's digest's top 40 bits over its length in bytes
-#: (0 past 24 bits: such an entry is never stepped over).
+#: (0 past 24 bits: such an entry is never stepped over). A run's record has the same layout: the
+#: digest of its bytes (first key to last closing brace) and their length (both 0 when one of its
+#: entries is never stepped over, and so neither is the run).
 _ENTRY = struct.Struct("=QQ")
 ENTRY_LENGTH_BITS = 24
 _LENGTH_MASK = (1 << ENTRY_LENGTH_BITS) - 1
+#: Entries are remembered one by one and also in runs of this many, in table order (`entries`: each
+#: entry's record, then each run's): a run whose bytes are those of the previous registration's run
+#: at its place is stepped over at once, so an unchanged table costs a digest per run, not per entry.
+RUN_ENTRIES = 16
 
 _STRING = rb'"(?:[^"\\]++|\\.)*+"'
 _FLAT = rb'[\[{](?:[^"\[\]{}]++|' + _STRING + rb')*+[\]}]'
@@ -98,7 +105,8 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
     """(value, entries, omitted, facts): `value` is `orjson.loads(data)`, except that in the object at
     `table_path` (keys from the top; `()` for none) every plain topic entry is replaced by its
     queue-fields tuple, and the entries unchanged since `previous` are left out; None if `data` is
-    not strict JSON (the caller then parses it leniently).
+    not strict JSON (the caller then parses it leniently). When that object and the body around it
+    are of the plain form (`plain_form`), `value` is that form instead.
 
     `entries` stands for this table's topic entries, to be passed as `previous` with the broker's
     next registration: each entry whose bytes are those of the entry at the same place in
@@ -118,7 +126,7 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
     if previous is not None:
         if type(previous) is not bytes:
             raise TypeError(f"previous: expected bytes, got {type(previous).__name__}")
-        if len(previous) % _ENTRY.size:
+        if len(previous) % _ENTRY.size or _entry_count(len(previous) // _ENTRY.size) is None:
             raise ValueError("previous: not the entries of a scan_registration")
     try:
         obj = orjson.loads(data)
@@ -130,7 +138,7 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
             return obj, None, 0, None
         table = table.get(step)
     if type(table) is not dict:
-        return obj, None, 0, None
+        return plain_form(obj, table_path) or obj, None, 0, None
     for key, entry in table.items():
         fields = _plain_queue_fields(entry)
         if fields is not None:
@@ -141,17 +149,69 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
     if table_path and buf[start:start + 1] == b"{":
         _find_tables(buf, start, table_path, 0, found)
     if len(found) != 1:
-        return obj, None, 0, None
+        return plain_form(obj, table_path) or obj, None, 0, None
     try:
         read = _read_table(buf, found[0], previous)
     except _NotForMe:
         return None
     if read is None:
-        return obj, None, 0, None
+        return plain_form(obj, table_path) or obj, None, 0, None
     entries, omitted = read
     for key in omitted:
         del table[key]
-    return obj, entries, len(omitted), queue_facts(table.values())
+    return plain_form(obj, table_path) or obj, entries, len(omitted), queue_facts(table.values())
+
+
+#: A registration body's plain form: (topic table, dataVersion's counter, timestamp and
+#: stateVersion, filterServerList; None for a body that is the wrapper itself).
+PlainForm = tuple[dict, int, int, int, "list[str] | None"]
+
+
+def plain_form(value: object, table_path: tuple[str, ...]) -> PlainForm | None:
+    """A scanned registration body (`value`, its topic table at `table_path`, of one or two steps)
+    as brokers send it, read at once; None for anything else, which the caller reads field by field.
+
+    Plain: every topic entry plain (a queue-fields tuple); the wrapper's (the table's object's)
+    dataVersion, and mappingDataVersion, absent, null or an object whose counter, timestamp and
+    stateVersion are each absent, null or a JSON integer within int64; its
+    topicQueueMappingInfoMap absent, null or empty, its topicQueueMappingDetailMap absent, null or
+    an object; and with two steps the body's filterServerList absent, null or an array of strings.
+    The one definition of the plain form (the twin's scanner reads the same).
+    """
+    if len(table_path) == 1:
+        wrapper, servers = value, None
+    elif len(table_path) == 2 and type(value) is dict:
+        wrapper, servers = value.get(table_path[0]), value.get("filterServerList")
+        if servers is None:
+            servers = []
+        elif type(servers) is not list or any(type(server) is not str for server in servers):
+            return None
+    else:
+        return None
+    if type(wrapper) is not dict:
+        return None
+    table, infos, details = wrapper.get(table_path[-1]), wrapper.get("topicQueueMappingInfoMap"), \
+        wrapper.get("topicQueueMappingDetailMap")
+    version = _plain_version(wrapper.get("dataVersion"))
+    if (type(table) is not dict or any(type(entry) is not tuple for entry in table.values()) or version is None
+            or _plain_version(wrapper.get("mappingDataVersion")) is None
+            or not (infos is None or (type(infos) is dict and not infos))
+            or not (details is None or type(details) is dict)):
+        return None
+    return table, *version, servers
+
+
+def _plain_version(obj: object) -> tuple[int, int, int] | None:
+    """(counter, timestamp, stateVersion) of a plain DataVersion (absent: zeros); None if not plain."""
+    if obj is None:
+        return 0, 0, 0
+    if type(obj) is not dict:
+        return None
+    fields = tuple(0 if field is None else field
+                   for field in (obj.get("counter"), obj.get("timestamp"), obj.get("stateVersion")))
+    if all(type(field) is int and _INT64_MIN <= field <= _INT64_MAX for field in fields):
+        return fields
+    return None
 
 
 def queue_facts(rows: Collection[object]) -> QueueFacts | None:
@@ -224,28 +284,43 @@ def _find_tables(buf: bytes, pos: int, path: tuple[str, ...], step: int, found: 
     return _WS_AT.match(buf, end).end() + 1
 
 
+def _entry_count(records: int) -> int | None:
+    """How many entries `records` records (the entries', then their runs') stand for; None if no count fits."""
+    count = records - -(-records // (RUN_ENTRIES + 1))
+    return count if count + -(-count // RUN_ENTRIES) == records else None
+
+
 def _read_table(buf: bytes, pos: int, previous: bytes | None) -> tuple[bytes, list[str]] | None:
     """At the topic table's '{': (its entries, the keys of those unchanged since `previous`), or
     None when the entries cannot stand for it (a key with escapes, a repeated key)."""
     records: list[tuple[int, int]] = []
+    bounds: list[tuple[int, int]] = []  # where each entry's bytes start and end
     omitted: list[str] = []
-    count = len(previous) // _ENTRY.size if previous else 0
+    count = _entry_count(len(previous) // _ENTRY.size) if previous else 0
     view = memoryview(buf)
     member = _WS_AT.match(buf, pos + 1).end()
     if buf[member] == 0x7D:
         member = None
     while member is not None:
         index = len(records)
+        if index % RUN_ENTRIES == 0 and index < count:
+            digest, span = _ENTRY.unpack_from(previous, (count + index // RUN_ENTRIES) * _ENTRY.size)
+            if 0 < span <= len(buf) - member and entry_digest(view[member:member + span]) == digest:
+                for at in range(index, min(index + RUN_ENTRIES, count)):  # the bytes of before: entries in place
+                    records.append(_ENTRY.unpack_from(previous, at * _ENTRY.size))
+                    end = member + (records[-1][1] & _LENGTH_MASK)
+                    bounds.append((member, end))
+                    omitted.append(_key(buf[member:_STRING_AT.match(buf, member).end()]))
+                    member = _next_unchanged(buf, end)
+                continue
         if index < count:
             digest, key_length = _ENTRY.unpack_from(previous, index * _ENTRY.size)
             span = key_length & _LENGTH_MASK
             if 0 < span <= len(buf) - member and entry_digest(view[member:member + span]) == digest:
                 records.append((digest, key_length))
+                bounds.append((member, member + span))
                 omitted.append(_key(buf[member:_STRING_AT.match(buf, member).end()]))
-                after = _WS_AT.match(buf, member + span).end()
-                if buf[after:after + 1] not in (b",", b"}"):
-                    raise _NotForMe
-                member = _next_member(buf, member + span)
+                member = _next_unchanged(buf, member + span)
                 continue
         key_end = _STRING_AT.match(buf, member).end()
         if b"\\" in buf[member:key_end]:
@@ -255,10 +330,30 @@ def _read_table(buf: bytes, pos: int, previous: bytes | None) -> tuple[bytes, li
         records.append((entry_digest(view[member:end]),
                         (entry_digest(view[member + 1:key_end - 1]) >> ENTRY_LENGTH_BITS << ENTRY_LENGTH_BITS)
                         | (span if span <= _LENGTH_MASK else 0)))
+        bounds.append((member, end))
         member = _next_member(buf, end)
     if len({(key_length >> ENTRY_LENGTH_BITS) | 1 for _, key_length in records}) != len(records):
         return None
-    return b"".join(_ENTRY.pack(*record) for record in records), omitted
+    runs = [_run_record(view, records, bounds, first) for first in range(0, len(records), RUN_ENTRIES)]
+    return b"".join(_ENTRY.pack(*record) for record in records + runs), omitted
+
+
+def _next_unchanged(buf: bytes, end: int) -> int | None:
+    """`_next_member` after an entry stepped over as unchanged, which must end where its member does."""
+    after = _WS_AT.match(buf, end).end()
+    if buf[after:after + 1] not in (b",", b"}"):
+        raise _NotForMe
+    return _next_member(buf, end)
+
+
+def _run_record(view: memoryview, records: list[tuple[int, int]], bounds: list[tuple[int, int]],
+                first: int) -> tuple[int, int]:
+    """The record of the run of entries from `first`."""
+    last = min(first + RUN_ENTRIES, len(records)) - 1
+    if any(key_length & _LENGTH_MASK == 0 for _, key_length in records[first:last + 1]):
+        return 0, 0
+    start, end = bounds[first][0], bounds[last][1]
+    return entry_digest(view[start:end]), end - start
 
 
 def count_entries(data: bytes | bytearray | memoryview, table_path: tuple[str, ...]) -> int | None:

@@ -436,6 +436,10 @@ def decode_registration(data: bytes | None, compressed: bool = False, version: i
         # None: not for the scanner; the lenient parser reads the body
         value, entries, omitted, facts = (fastpath.scan_registration(data, table_path(version), previous)
                                           or (None, None, 0, None))
+        if type(value) is tuple:  # the plain form (fastpath.registration.plain_form): nothing left to check
+            topics, counter, timestamp, state_version, servers = value
+            return TopicQueueTable(topics, DataVersion(counter, timestamp, state_version), {}, entries, omitted,
+                                   previous if omitted else None, facts), servers
         table, servers = _decode_json_body(data, version, TopicQueueTable.from_dict, value)
         table.entries, table.omitted, table.omitted_since = entries, omitted, previous if omitted else None
         table.facts = facts
