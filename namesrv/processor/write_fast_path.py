@@ -15,8 +15,8 @@ A broker's heartbeat (BROKER_HEARTBEAT, QUERY_DATA_VERSION, and REGISTER_BROKER 
 body) repeats its header and body every few seconds. So the change and the answer of the last one
 of each header read (`PreparedWrite.request`, held once per header by the seen-header memo) are
 kept (`Replay`) when its handler's `replayable` admits the change (a registration's refresh, not
-a decoded table); the next with the same body (its length and XXH3, as a registration's
-fingerprint recognises it: the one repeat check) runs the handler's guarded `apply` on the kept
+a decoded table); the next with the same body (its XXH3, read off the frame in C:
+`fastpath.body_digest`; the one repeat check) runs the handler's guarded `apply` on the kept
 change and, when the outcome is the same (the broker is as known, its DataVersion as stored) and
 so is what the answer reads besides (`WriteHandler.answer_reads`: the order topics' KV table),
 sends the kept answer with the new opaque: the prepare and the encoding are not done again. Any
@@ -33,8 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
-from xxhash import xxh3_64_intdigest
-
+from namesrv import fastpath
 from namesrv.caches import BoundedMemo
 from namesrv.channel import Channel
 from namesrv.processor.context import EXECUTOR, RETRY, Hints
@@ -74,13 +73,12 @@ class Processor(Protocol):
 
 class Replay(NamedTuple):
     """A replayable write's request (a header read once: `request`, without opaque or body) as last
-    answered: for a body of `length` bytes (0: none) and XXH3 `digest` (0: none), its
-    `change`, the `outcome` of applying it, what the answer read besides (`reads()` returned
-    `state`), and the answer. The kept answer is current while the change applied again has the
-    same outcome and `reads()` returns the same state."""
+    answered: for a body of `fastpath.body_digest` `digest` (0: none), its `change`, the `outcome`
+    of applying it, what the answer read besides (`reads()` returned `state`), and the answer. The
+    kept answer is current while the change applied again has the same outcome and `reads()`
+    returns the same state."""
 
     request: RemotingCommand
-    length: int
     digest: int
     change: Any
     outcome: object
@@ -94,6 +92,14 @@ class Replay(NamedTuple):
 #: A write answered here: (the response frame, the tally slot it is counted in, the template of its
 #: header, None unless it is a plain SUCCESS).
 Answered = tuple[bytes, AnswerSlot, OpaqueTemplate | None]
+
+
+def _request(prepared: RemotingCommand, opaque: int, frame: bytes) -> RemotingCommand:
+    """The request in `frame` (as split_frames yields it) whose header was read as `prepared`. Its
+    body is a view of the frame: a changed registration body is decoded without copying it."""
+    size = len(frame)
+    body_at = 4 + (INT32.unpack_from(frame)[0] & HEADER_LENGTH_MASK)
+    return prepared.derive(opaque, memoryview(frame)[body_at:] if size > body_at else None, size)
 
 
 class WriteFastPath:
@@ -119,23 +125,17 @@ class WriteFastPath:
         its response frame, counted, when the regular path's steps answer it here (from its
         `Replay` when it has the replay's body and the kept answer is current); else the request,
         for an executor."""
-        size = len(frame)
-        body_at = 4 + (INT32.unpack_from(frame)[0] & HEADER_LENGTH_MASK)
-        # The body as a view of the frame: a registration's repeat is recognised, a changed body
-        # decoded, without copying it.
-        body = memoryview(frame)[body_at:] if size > body_at else None
         if not self._applies:
-            return prepared.derive(opaque, body, size)
+            return _request(prepared, opaque, frame)
         replay = self.replays.table.get(id(prepared))
-        if replay is not None and replay.length == size - body_at and (
-                body is None or replay.digest == xxh3_64_intdigest(body)):
+        if replay is not None and replay.digest == fastpath.body_digest(frame):
             outcome = self._processor.apply(prepared.code, replay.change, channel)
             if outcome == replay.outcome and (replay.reads is None or replay.reads() == replay.state):
                 replay.counted.add(time.monotonic() - arrived)
                 return replay.template.frame(opaque, replay.response_body)
-            answered = self._steps(prepared, opaque, body, size, channel, (replay.change, outcome))
+            answered = self._steps(prepared, opaque, frame, channel, (replay.change, outcome))
         else:
-            answered = self._steps(prepared, opaque, body, size, channel)
+            answered = self._steps(prepared, opaque, frame, channel)
         if type(answered) is RemotingCommand:
             return answered
         answered[1].add(time.monotonic() - arrived)
@@ -153,18 +153,15 @@ class WriteFastPath:
         replay = self.replays.table.get(id(prepared))
         if replay is None:
             return None
-        length = replay.length
+        digest = replay.digest
+        body_digest = fastpath.body_digest
         for frame in frames:
-            body_at = len(frame) - length
-            if body_at != 4 + (INT32.unpack_from(frame)[0] & HEADER_LENGTH_MASK) or (
-                    length and xxh3_64_intdigest(memoryview(frame)[body_at:]) != replay.digest):
+            if body_digest(frame) != digest:
                 return None
         outcome = self._processor.apply(prepared.code, replay.change, channel)
         if outcome != replay.outcome or (replay.reads is not None and replay.reads() != replay.state):
             # answered with this outcome, then the others one by one
-            size = len(frames[0])
-            first = self._steps(prepared, opaques[0], memoryview(frames[0])[size - length:] if length else None, size,
-                                channel, (replay.change, outcome))
+            first = self._steps(prepared, opaques[0], frames[0], channel, (replay.change, outcome))
             if type(first) is RemotingCommand:  # nothing changed (EXECUTOR, RETRY): each is an executor's
                 return None
             first[1].add(time.monotonic() - arrived)
@@ -173,14 +170,14 @@ class WriteFastPath:
         replay.counted.add(time.monotonic() - arrived, len(frames))
         return replay.template.frames(opaques, replay.response_body)
 
-    def _steps(self, prepared: RemotingCommand, opaque: int, body: memoryview | None, size: int, channel: Channel,
+    def _steps(self, prepared: RemotingCommand, opaque: int, frame: bytes, channel: Channel,
                applied: tuple[Any, object] | None = None) -> Answered | RemotingCommand:
         """A write answered through the regular path's steps (`applied`: a kept change and the
         outcome of applying it again, unless that is RETRY: then prepared again), or the request
         when it is an executor's (EXECUTOR, RETRY). A SUCCESS answer to a change its handler's
         `replayable` admits is kept as its `Replay`."""
         processor = self._processor
-        request = prepared.derive(opaque, body, size)
+        request = _request(prepared, opaque, frame)
         code = request.code
         if applied is None or applied[1] is RETRY:
             change = processor.prepare(request, channel, Hints.INLINE)
@@ -205,8 +202,8 @@ class WriteFastPath:
         if kept is not None and template is not None:  # (a kept replay of another outcome may stay)
             answer_body = response.body
             self.replays.remember(id(prepared), Replay(
-                prepared, 0 if body is None else len(body), 0 if body is None else xxh3_64_intdigest(body), change,
-                outcome, reads, state, template, answer_body, answered[1]),
+                prepared, fastpath.body_digest(frame), change, outcome, reads, state, template, answer_body,
+                answered[1]),
                 REPLAY_CHARGE + (0 if answer_body is None else len(answer_body)))
         return answered
 
