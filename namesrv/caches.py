@@ -24,12 +24,15 @@ a flood of distinct, large headers costs at most the byte bound, then the memo s
 `processor.write_fast_path.WriteFastPath.replays`, the reactor's
     key: the identity of a replayable write's header as read once (`PreparedWrite.request` of the
     seen-header memo; the entry holds it, so no other object can take its id meanwhile); value:
-    the last such request's body, its change, the outcome of applying it, and its answer (`Replay`).
-    bounds: 8192 entries (a heartbeat's and a data-version query's for each of maxBrokers), bodies
-    of at most 256 bytes, 4 MiB as charged.
-    invalidation: none needed: the change is a function of the header and body, and the kept
-    answer goes out only when the change, applied again, has the kept outcome; emptied when full.
-    pays: heartbeats and data-version queries (`python -m bench request-instructions`).
+    the last such request's body length and XXH3, its change (a registration's: a refresh), the
+    outcome of applying it, what its answer read besides (the KV table's revision), and its
+    answer (`Replay`).
+    bounds: 12288 entries (a registration's, a heartbeat's and a data-version query's for each of
+    maxBrokers), 8 MiB as charged (512 bytes each and its answer's body).
+    invalidation: none needed: the kept answer goes out only when the change, applied again, has
+    the kept outcome (a registration's refresh checks the broker's last body under the route
+    table's lock) and what the answer read is unchanged; emptied when full.
+    pays: heartbeats, data-version queries and unchanged re-registrations (`python -m bench request-instructions`).
 `routeinfo.cache.RouteBodyCache`, shared by the reactor and the executors
     key: topic, JSON flavour, and a stamp of the inputs outside the route table (order-topic
     conf, acting master); value: the encoded route body.

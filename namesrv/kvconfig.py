@@ -33,6 +33,8 @@ class KVConfigManager:
         self._table: dict[str, dict[str, str | None]] = {}  # changed in place only: memory_only views share it
         self._lock = threading.Lock()  # guards _table; never held during file I/O
         self._persist_lock = threading.Lock()  # one writer at a time, so the newest snapshot is written last
+        #: The table's changes so far, bumped under `_lock` (one list: `memory_only` views share it).
+        self._revision = [0]
 
     @property
     def path(self) -> Path:
@@ -44,7 +46,14 @@ class KVConfigManager:
         view = KVConfigManager(self._path)
         view._persist = False
         view._table, view._lock, view._persist_lock = self._table, self._lock, self._persist_lock
+        view._revision = self._revision
         return view
+
+    @property
+    def revision(self) -> int:
+        """A number every change of the table moves: what was read from the table (a registration's
+        kept answer) is current while it reads the same. Read without the lock (one int)."""
+        return self._revision[0]
 
     def entry_count(self) -> int:
         """How many key/value entries all namespaces hold."""
@@ -61,6 +70,7 @@ class KVConfigManager:
         with self._lock:
             self._table.clear()
             self._table.update(table)
+            self._revision[0] += 1
 
     def load(self) -> None:
         """Read the file (missing = empty). A file that does not parse is moved aside, never overwritten."""
@@ -79,6 +89,7 @@ class KVConfigManager:
         with self._lock:
             self._table.clear()
             self._table.update(table)
+            self._revision[0] += 1
         log.info("loaded KV config from %s: %d namespaces", self._path, len(table))
 
     def put(self, namespace: str, key: str, value: str | None) -> None:
@@ -124,10 +135,12 @@ class KVConfigManager:
         if not self._persist:
             with self._lock:
                 apply()
+                self._revision[0] += 1
             return
         with self._persist_lock:
             with self._lock:
                 apply()
+                self._revision[0] += 1
                 data = jsonbody.dumps({"configTable": {ns: {k: v for k, v in entries.items() if v is not None}
                                                        for ns, entries in self._table.items()}})
             write_atomically(self._path, data)

@@ -626,3 +626,19 @@ def test_body_crc_key(impl, key, expected):
 def test_body_crc_key_implementations_agree(head, middle, tail):
     key = head + middle + tail
     assert _fastpath.body_crc_key(key) == pure.body_crc_key(key)
+
+
+@pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview])
+def test_body_digest_is_the_xxh3_of_the_frames_body(impl, wrap):
+    """`body_digest` reads the body's place off the header-length field: XXH3 of what follows the
+    header (0 read as 1), 0 for a frame without a body, whatever the serialize-type byte."""
+    from xxhash import xxh3_64_intdigest
+    header = b'{"code":904}'
+    for serialize_byte in (0, 1):
+        field = bytes([serialize_byte]) + len(header).to_bytes(3, "big")
+        for body in (b"", b"x", b"{}" * 1000, bytes(range(256)) * 300):  # the last past GIL_FREE_BYTES
+            frame = field + header + body
+            expected = (xxh3_64_intdigest(body) or 1) if body else 0
+            assert impl.body_digest(wrap(frame)) == expected
+    assert impl.body_digest(b"\x00\x00\x00\x09{}") == 0  # a header longer than the frame: no body
+    assert impl.body_digest(b"") == impl.body_digest(b"\x00\x00") == 0

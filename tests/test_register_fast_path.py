@@ -424,3 +424,124 @@ def test_a_template_stamps_a_run_of_opaques_as_it_stamps_each():
         opaques = [0, 1, -1, 2 ** 31 - 1, -(2 ** 31), 123456]
         for data in (None, b"", DataVersion(3, 4).encode()):
             assert template.frames(opaques, data) == [template.frame(opaque, data) for opaque in opaques]
+
+
+OTHER_MASTER = {"clusterName": "c1", "brokerName": "b2", "brokerAddr": "10.0.0.3:10911", "brokerId": "0",
+                "haServerAddr": "10.0.0.3:10912"}
+
+
+class Prepares:
+    """Counts the inline server's `prepare` steps: a replayed registration takes none."""
+
+    def __init__(self, server: Server) -> None:
+        self.count = 0
+        prepare = server.processor.prepare
+
+        def counted(*args, **kwargs):
+            self.count += 1
+            return prepare(*args, **kwargs)
+
+        server.processor.prepare = counted
+
+    def taken(self) -> int:
+        count, self.count = self.count, 0
+        return count
+
+
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_replayed_registrations_answer_as_the_regular_path_whatever_changed_between(tmp_path, serialize_type):
+    """An unchanged re-registration is answered from its kept refresh and answer (no prepare, the
+    body recognised once); when the order topics (KV ORDER_TOPIC_CONFIG, or whether they are
+    returned) changed, the broker expired, unregistered, or another broker sent the same body, the
+    answer is the regular path's. Bytes and tables are the twin's throughout."""
+    twins = Twins(tmp_path, return_order_topic_config_to_broker=True)
+    prepares = Prepares(twins.inline)
+    data = with_topics(["A", "B", "C"], 1)
+    opaques = iter(range(1, 1000))
+
+    def register(header: dict = MASTER) -> RemotingCommand:
+        for server in (twins.inline, twins.twin):
+            server.now += 1_000
+        inline, answer = twins.send(registration(header, data, opaque=next(opaques), serialize_type=serialize_type))
+        assert inline and answer.code == ResponseCode.SUCCESS
+        return answer
+
+    def on_both(change) -> None:
+        for server in (twins.inline, twins.twin):
+            change(server)
+
+    register()  # a new broker: decoded
+    register()  # the first repeat: prepared, its refresh and answer kept
+    assert prepares.taken() == 2
+    register(), register()
+    assert prepares.taken() == 0  # replayed
+    on_both(lambda server: server.kv.put(ORDER_TOPIC_CONFIG, "A", "b1:4"))
+    assert b"b1:4" in register().body and prepares.taken() == 0  # the kept refresh, answered anew
+    assert b"b1:4" in register().body and prepares.taken() == 0
+    on_both(lambda server: server.kv.put(ORDER_TOPIC_CONFIG, "B", "b1:2"))
+    assert b"b1:2" in register().body
+    on_both(lambda server: server.kv.delete(ORDER_TOPIC_CONFIG, "A"))
+    assert b"b1:4" not in register().body
+    on_both(lambda server: setattr(server.config, "return_order_topic_config_to_broker", False))
+    assert register().body is None
+    on_both(lambda server: setattr(server.config, "return_order_topic_config_to_broker", True))
+    assert register().body is not None and prepares.taken() == 0
+    for server in (twins.inline, twins.twin):
+        server.now += 200_000
+        assert server.routes.scan_not_active_brokers()  # expired
+    register()  # the kept refresh is declined (RETRY): prepared again, decoded, registered
+    assert prepares.taken() == 1
+    register(), register()  # the kept refresh holds again (the same registrant and fingerprint)
+    assert prepares.taken() == 0
+    unregister = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, MASTER, serialize_type=serialize_type)
+    twins.send(unregister.encode()[4:])
+    register(), register(), register()
+    register(OTHER_MASTER), register(OTHER_MASTER), register(OTHER_MASTER)  # another broker, the same body
+    prepares.taken()
+    register(), register(OTHER_MASTER)
+    assert prepares.taken() == 0
+
+
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_a_replayed_refresh_that_raises_is_answered_system_error(tmp_path, serialize_type, monkeypatch):
+    """The kept refresh is applied through the guarded step: a bug answers SYSTEM_ERROR with the
+    regular path's bytes (the connection stays), and the next repeat is answered again."""
+    twins = Twins(tmp_path)
+    frames = [registration(opaque=opaque, serialize_type=serialize_type) for opaque in range(1, 7)]
+    for frame in frames[:3]:  # registered, its refresh kept, replayed
+        assert twins.send(frame)[0]
+    for server in (twins.inline, twins.twin):
+        monkeypatch.setattr(server.routes, "refresh", lambda *args: (_ for _ in ()).throw(RuntimeError("boom")))
+    inline, answer = twins.send(frames[3])
+    assert inline and answer.code == ResponseCode.SYSTEM_ERROR and answer.remark == "RuntimeError: boom"
+    monkeypatch.undo()
+    for frame in frames[4:]:
+        inline, answer = twins.send(frame)
+        assert inline and answer.code == ResponseCode.SUCCESS
+
+
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_a_chunk_of_pipelined_repeated_registrations_is_answered_as_the_regular_path_answers_each(
+        tmp_path, serialize_type):
+    """A chunk of one broker's unchanged re-registrations is answered from the kept refresh at once
+    (applied once); after an order-topic change, or with one body differing, as frames one by one."""
+    twins = Twins(tmp_path, return_order_topic_config_to_broker=True)
+    data = with_topics(["A", "B"], 1)
+
+    def chunk(opaques, bodies=None) -> None:
+        sent = [registration(data=bodies[index] if bodies else data, opaque=opaque, serialize_type=serialize_type)
+                for index, opaque in enumerate(opaques)]
+        for server in (twins.inline, twins.twin):
+            server.now += 1_000
+        replies, commands = twins.inline.processor.inline.answer_all(sent, BROKER, time.monotonic())
+        assert commands == [] and replies == [twins.twin.regular(frame, BROKER) for frame in sent]
+        assert twins.inline.routes.snapshot() == twins.twin.routes.snapshot()
+
+    twins.send(registration(data=data, serialize_type=serialize_type))
+    chunk([1])
+    chunk([5, 1_000_000, -7, 2 ** 31 - 1])
+    for server in (twins.inline, twins.twin):
+        server.kv.put(ORDER_TOPIC_CONFIG, "A", "b1:4")
+    chunk([9, 10, 11])
+    chunk([12, 13])
+    chunk([14, 15, 16], [data, with_topics(["A", "B"], 1, perm=4), data])  # one body differs

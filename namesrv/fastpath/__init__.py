@@ -15,28 +15,29 @@ from __future__ import annotations
 import os
 
 if os.environ.get("NAMESRV_PURE_PYTHON") == "1":
-    from namesrv.fastpath.pure import (RequestGenerator, body_crc32, body_crc_key, count_containers, count_entries,
-                                       decode_binary_header, encode_binary_header, entry_digest, json_opaque_key,
-                                       json_opaque_keys, queue_fields, scan_registration, split_frames, stamp_frame,
-                                       stamp_frames)
+    from namesrv.fastpath.pure import (RequestGenerator, body_crc32, body_crc_key, body_digest, count_containers,
+                                       count_entries, decode_binary_header, encode_binary_header, entry_digest,
+                                       json_opaque_key, json_opaque_keys, queue_fields, scan_registration,
+                                       split_frames, stamp_frame, stamp_frames)
 
     IMPLEMENTATION = "python"
 else:
     try:
-        from namesrv._fastpath import (RequestGenerator, body_crc32, body_crc_key, count_containers, count_entries,
-                                       decode_binary_header, encode_binary_header, entry_digest, json_opaque_key,
-                                       json_opaque_keys, queue_fields, scan_registration, split_frames, stamp_frame,
-                                       stamp_frames)
+        from namesrv._fastpath import (RequestGenerator, body_crc32, body_crc_key, body_digest, count_containers,
+                                       count_entries, decode_binary_header, encode_binary_header, entry_digest,
+                                       json_opaque_key, json_opaque_keys, queue_fields, scan_registration,
+                                       split_frames, stamp_frame, stamp_frames)
 
         IMPLEMENTATION = "cython"
     except ImportError:  # extension not built: same functions, same results, slower
-        from namesrv.fastpath.pure import (RequestGenerator, body_crc32, body_crc_key, count_containers, count_entries,
-                                           decode_binary_header, encode_binary_header, entry_digest, json_opaque_key,
-                                           json_opaque_keys, queue_fields, scan_registration, split_frames,
-                                           stamp_frame, stamp_frames)
+        from namesrv.fastpath.pure import (RequestGenerator, body_crc32, body_crc_key, body_digest, count_containers,
+                                           count_entries, decode_binary_header, encode_binary_header, entry_digest,
+                                           json_opaque_key, json_opaque_keys, queue_fields, scan_registration,
+                                           split_frames, stamp_frame, stamp_frames)
 
         IMPLEMENTATION = "python"
 
-__all__ = ["IMPLEMENTATION", "RequestGenerator", "body_crc32", "body_crc_key", "count_containers", "count_entries", "decode_binary_header",
+__all__ = ["IMPLEMENTATION", "RequestGenerator", "body_crc32", "body_crc_key", "body_digest", "count_containers",
+           "count_entries", "decode_binary_header",
            "encode_binary_header", "entry_digest", "json_opaque_key", "json_opaque_keys", "queue_fields",
            "scan_registration", "split_frames", "stamp_frame", "stamp_frames"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import struct
 import zlib
 
+from xxhash import xxh3_64_intdigest
+
 from namesrv.errors import ProtocolError
 
 _INT32 = struct.Struct(">i")
@@ -46,6 +48,18 @@ def body_crc32(data: bytes | bytearray | memoryview | None) -> int:
     if not data:
         return 0
     return zlib.crc32(data) & 0x7FFFFFFF
+
+
+def body_digest(frame: bytes | bytearray | memoryview) -> int:
+    """XXH3 (64 bits, seed 0) of the body of `frame` (as `split_frames` yields it: its header-length
+    field first), 0 read as 1; 0 when it has none. What a kept replay recognises a repeated
+    request's body by (namesrv.processor.write_fast_path). Not cryptographic: a broker can only
+    ever collide with its own requests, and mislead itself."""
+    view = memoryview(frame)
+    if len(view) < 4:
+        return 0
+    body_at = 4 + (_INT32.unpack_from(view)[0] & 0xFFFFFF)
+    return (xxh3_64_intdigest(view[body_at:]) or 1) if len(view) > body_at else 0
 
 
 def stamp_frame(head: bytes, tail: bytes, opaque: int, body: bytes | None, serialize_field: int,

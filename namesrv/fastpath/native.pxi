@@ -33,7 +33,9 @@ cdef void *_loaded_symbol(object module, const char *name) except NULL:
     return symbol
 
 
-cdef _xxh3_64bits_fn _xxh3_64bits = <_xxh3_64bits_fn>_loaded_symbol(_xxhash_ext, b"XXH3_64bits")
+# XXH3's dispatching entry, as the package's own functions call it: the widest vector code the CPU
+# runs (AVX2 where it has it; the plain XXH3_64bits is the SSE2 build's). The same values.
+cdef _xxh3_64bits_fn _xxh3_64bits = <_xxh3_64bits_fn>_loaded_symbol(_xxhash_ext, b"XXH3_64bits_dispatch")
 cdef _crc32_gzip_refl_fn _crc32_gzip_refl = <_crc32_gzip_refl_fn>_loaded_symbol(_isal_zlib, b"crc32_gzip_refl")
 
 

@@ -8,7 +8,8 @@ from xxhash import xxh3_64_intdigest
 
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
-from namesrv.processor.context import EXECUTOR, RETRY, Change, HandlerContext, Hints, Refusal, WriteHandler
+from namesrv.processor.context import (EXECUTOR, RETRY, Change, HandlerContext, Hints, Refusal, WriteHandler,
+                                       every_change)
 from namesrv.processor.header import RequestHeader
 from namesrv.processor.limits import topic_count_beyond
 from namesrv.protocol.codes import ResponseCode, Version
@@ -202,7 +203,20 @@ def answer_registration(ctx: HandlerContext, request: RemotingCommand, outcome: 
                                  body=order_topics_body(ctx))
 
 
-register_broker = WriteHandler(prepare_registration, apply_registration, answer_registration)
+def _refreshes(change: RegistrationChange) -> bool:
+    """A refresh (the broker's last body again) may be applied again for the same header and body:
+    `refresh` checks under the lock that it is still the broker's last (RETRY when not). A decoded
+    table is not kept: the next such request is a refresh."""
+    return change.table is None
+
+
+def _order_topics_read(ctx: HandlerContext) -> int | None:
+    """What `order_topics_body` reads: the KV table (its revision) while the answer carries it."""
+    return ctx.kv.revision if ctx.config.return_order_topic_config_to_broker else None
+
+
+register_broker = WriteHandler(prepare_registration, apply_registration, answer_registration,
+                               replayable=_refreshes, answer_reads=_order_topics_read)
 
 
 def registration_ext_fields(result: RegisterBrokerResult) -> dict[str, str]:
@@ -270,7 +284,7 @@ def _answer_data_version_query(ctx: HandlerContext, request: RemotingCommand,
 
 #: Has the broker's topic table changed since it registered? Also a liveness heartbeat.
 query_data_version = WriteHandler(_prepare_data_version_query, _apply_data_version_query, _answer_data_version_query,
-                                  replayable=True)
+                                  replayable=every_change)
 
 
 def _prepare_heartbeat(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: Hints) -> Change:
@@ -281,4 +295,4 @@ def _apply_heartbeat(ctx: HandlerContext, change: Change, channel: Channel) -> N
     ctx.routes.update_broker_timestamp(*change)
 
 
-broker_heartbeat = WriteHandler(_prepare_heartbeat, _apply_heartbeat, replayable=True)
+broker_heartbeat = WriteHandler(_prepare_heartbeat, _apply_heartbeat, replayable=every_change)

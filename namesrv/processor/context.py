@@ -103,6 +103,12 @@ class _Executor:
 EXECUTOR = _Executor()
 
 
+def every_change(change: Change) -> bool:
+    """`WriteHandler.replayable` of a write whose `prepare` reads nothing but the request's header
+    and body: any change it makes holds for the same header and body again."""
+    return True
+
+
 def answer_success(ctx: HandlerContext, request: RemotingCommand, outcome: object) -> RemotingCommand:
     """The answer of most writes."""
     return request.make_response(ResponseCode.SUCCESS)
@@ -123,32 +129,29 @@ class WriteHandler:
     makes the response to any other outcome (only where the request was received). One process
     simply runs the three in a row (`__call__`).
 
-    `replayable`: `prepare` reads nothing but the request's header and body (no table, no
-    channel), and `answer` nothing but the request and the outcome. The reactor may then keep a
-    request's change and answer and, for the next request with the same header and body, run
-    `apply` on the kept change and, if the outcome is the same, send the kept answer with the new
-    opaque (namesrv.processor.write_fast_path): a broker's heartbeats repeat one header.
+    `replayable(change)`: may `change` be applied again for a later request with the same header
+    and body (None: no change may)? The reactor then keeps the change and its answer and, for such
+    a request, runs `apply` on the kept change and, if the outcome is the same (and what
+    `answer_reads(ctx)` returns, when given: what `answer` reads besides the request and the
+    outcome), sends the kept answer with the new opaque (namesrv.processor.write_fast_path): a
+    broker's heartbeats repeat one header and body. A change `prepare` made from the request alone
+    qualifies (`every_change`), and so does one leaning on the route table when `apply` checks the
+    hint again (a registration's refresh: RETRY when the broker's last body is no longer this one).
     """
 
     prepare: Callable[[HandlerContext, RemotingCommand, Channel, Hints], Change | RemotingCommand]
     apply: Callable[[HandlerContext, Change, Channel], object]
     answer: Callable[[HandlerContext, RemotingCommand, object], RemotingCommand] = answer_success
-    replayable: bool = False
+    replayable: Callable[[Change], bool] | None = None
+    answer_reads: Callable[[HandlerContext], object] | None = None
 
-    def __call__(self, ctx: HandlerContext, request: RemotingCommand, channel: Channel,
-                 inline: bool = False) -> RemotingCommand | None:
-        """The three steps in a row. `inline` (the reactor's thread): None for what is an
-        executor's work, the expensive requests and a hinted change that does not apply (which an
-        executor prepares again without hints)."""
-        change = self.prepare(ctx, request, channel, Hints.INLINE if inline else Hints.TABLE)
-        if change is EXECUTOR:
-            return None
+    def __call__(self, ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """The three steps in a row (the reactor runs them one by one: WriteFastPath)."""
+        change = self.prepare(ctx, request, channel, Hints.TABLE)
         if type(change) is RemotingCommand:
             return change
         outcome = self.apply(ctx, change, channel)
         if outcome is RETRY:
-            if inline:
-                return None
             change = self.prepare(ctx, request, channel, Hints.NONE)
             if type(change) is RemotingCommand:
                 return change

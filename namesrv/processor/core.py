@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
@@ -69,16 +70,14 @@ class RequestProcessor:
         """The route tables were restored (a warm restart): route queries need not wait for brokers."""
         self._ctx.routes_restored = True
 
-    def process(self, request: RemotingCommand, channel: Channel, inline: bool = False) -> RemotingCommand | None:
-        """The response to `request` (also for oneway requests: the server drops it). `inline`: the
-        reactor's thread asks, for a code its request-table row lets it answer; None, nothing
-        changed, when the work is an executor's (`WriteHandler`)."""
+    def process(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """The response to `request` (also for oneway requests: the server drops it)."""
         spec = BY_CODE.get(request.code)
         if spec is None:
             log.warning("request code %s from %s not supported", request.code, channel)
             return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                          f" request type {request.code} not supported")
-        return self._guarded(spec, request, channel, inline)
+        return self._guarded(spec, request, channel)
 
     def prepare(self, request: RemotingCommand, channel: Channel,
                 hints: Hints = Hints.TABLE) -> Change | RemotingCommand:
@@ -104,8 +103,15 @@ class RequestProcessor:
         spec = BY_CODE[request.code]
         return _with_response_header(spec, spec.handler.respond(self._ctx, request, outcome))
 
-    def _guarded(self, spec: RequestSpec, request: RemotingCommand, channel: Channel, inline: bool = False,
-                 hints: Hints | None = None) -> RemotingCommand | Change | None:
+    def answer_reads(self, code: int) -> Callable[[], object] | None:
+        """What the answer to a write of `code` reads besides the request and the outcome, as a
+        call (None: nothing; `WriteHandler.answer_reads`): a kept answer is current while it
+        returns what it returned before the answer was made."""
+        reads = BY_CODE[code].handler.answer_reads
+        return None if reads is None else partial(reads, self._ctx)
+
+    def _guarded(self, spec: RequestSpec, request: RemotingCommand, channel: Channel,
+                 hints: Hints | None = None) -> RemotingCommand | Change:
         """The handler's result (with `hints`: the write's `prepare` only) behind the admin guard,
         with failures made responses."""
         try:
@@ -114,8 +120,6 @@ class RequestProcessor:
                 result = refused
             elif hints is not None:
                 result = spec.handler.prepare(self._ctx, request, channel, hints)
-            elif inline:
-                result = spec.handler(self._ctx, request, channel, inline=True)
             else:
                 result = spec.handler(self._ctx, request, channel)
         except (BadRequest, ProtocolError) as exc:

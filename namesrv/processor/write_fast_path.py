@@ -4,32 +4,39 @@ A broker re-registers every 30 seconds, almost always with the topic table it se
 new DataVersion usually changes a few topics; a heartbeat or a data-version query only refreshes
 its liveness. The work is less than the hand-off to an executor and back (which would hold the
 interpreter lock as long anyway). So for the request-table rows marked `Inline.WRITE` the reactor
-runs the one regular path itself (`RequestProcessor.process(..., inline=True)`: the same checks,
-the same `_guarded` failures), which answers None for what is an executor's (a registration body
-to decode that is compressed or larger than inlineRegistrationMaxBodyBytes, a refresh the route
-table declines), and writes a SUCCESS answer from a template of its encoded header with the opaque
-stamped in. The bytes are the ones the regular path would send (tests/test_register_fast_path.py).
+runs the regular path's steps itself (`RequestProcessor.prepare`, `apply`, `answer`: the same
+checks, the same `_guarded` failures), hands back what is an executor's (a registration body to
+decode that is compressed or larger than inlineRegistrationMaxBodyBytes: EXECUTOR; a hint the
+route table declines: RETRY), and writes a SUCCESS answer from a template of its encoded header
+with the opaque stamped in. The bytes are the ones the regular path would send
+(tests/test_register_fast_path.py).
 
-A heartbeat (BROKER_HEARTBEAT, QUERY_DATA_VERSION: `WriteHandler.replayable`) repeats its header
-and body every few seconds, and its change is read from them alone. So the change and the answer
-of the last one of each header read (`PreparedWrite.request`, held once per header by the seen-
-header memo) are kept (`Replay`, for a body of at most REPLAY_BODY_BYTES); the next with the same
-body runs the handler's `apply` on the kept change and, when the outcome is the same (the broker
-is as known, its DataVersion as stored), sends the kept answer with the new opaque: the prepare
-and the encoding are not done again. Any other outcome is answered by the handler's `answer` and
-kept instead. The replays are a memo of their own (REPLAYS: two per broker of a full route table),
-emptied when full. Frames of one received chunk that repeat one such write (the same header and
-body, their opaques aside) arrived together: the kept change is applied once for them all and the
-kept answer stamped with each opaque, as a chunk of cached route queries is answered (`answer_run`).
+A broker's heartbeat (BROKER_HEARTBEAT, QUERY_DATA_VERSION, and REGISTER_BROKER with its last
+body) repeats its header and body every few seconds. So the change and the answer of the last one
+of each header read (`PreparedWrite.request`, held once per header by the seen-header memo) are
+kept (`Replay`) when its handler's `replayable` admits the change (a registration's refresh, not
+a decoded table); the next with the same body (its XXH3, read off the frame in C:
+`fastpath.body_digest`; the one repeat check) runs the handler's guarded `apply` on the kept
+change and, when the outcome is the same (the broker is as known, its DataVersion as stored) and
+so is what the answer reads besides (`WriteHandler.answer_reads`: the order topics' KV table),
+sends the kept answer with the new opaque: the prepare and the encoding are not done again. Any
+other outcome is answered by the handler's `answer` and kept instead; RETRY (the route table no
+longer holds the kept hint) takes the regular steps again. The replays are a memo of their own
+(REPLAYS: three per broker of a full route table), emptied when full. Frames of one received chunk
+that repeat one such write (the same header and body, their opaques aside) arrived together: the
+kept change is applied once for them all and the kept answer stamped with each opaque, as a chunk
+of cached route queries is answered (`answer_run`).
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
+from namesrv import fastpath
 from namesrv.caches import BoundedMemo
 from namesrv.channel import Channel
-from namesrv.processor.context import Hints
+from namesrv.processor.context import EXECUTOR, RETRY, Hints
 from namesrv.processor.requests import REQUESTS
 from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, OpaqueTemplate
 from namesrv.protocol.codes import ResponseCode
@@ -40,22 +47,20 @@ from namesrv.request_stats import FAST_PATH, AnswerSlot, RequestTally
 #: addresses, a data-version query's "changed"; emptied when full).
 TEMPLATES = 1024
 TEMPLATE_BYTES = 4 * 1024 * 1024
-#: Largest request body a replay is kept for (a data-version query's DataVersion is about 60 bytes).
-REPLAY_BODY_BYTES = 256
-#: Bounds of the kept replays (a heartbeat's and a data-version query's per broker, maxBrokers 4096).
-REPLAYS = 8192
-#: What a replay is charged: its body and the answer's (a DataVersion), at most.
-REPLAY_CHARGE = 2 * REPLAY_BODY_BYTES
-REPLAY_BYTES = REPLAYS * REPLAY_CHARGE
-#: The request codes whose handlers are replayable.
-_REPLAYABLE = frozenset(int(spec.code) for spec in REQUESTS if getattr(spec.handler, "replayable", False))
+#: Bounds of the kept replays (a registration's, a heartbeat's and a data-version query's per broker,
+#: maxBrokers 4096).
+REPLAYS = 3 * 4096
+#: What a replay is charged besides its answer's body (which it holds): the objects it holds.
+REPLAY_CHARGE = 512
+REPLAY_BYTES = 8 * 1024 * 1024
+#: code -> which of its changes may be replayed (`WriteHandler.replayable`), for the replayable codes.
+_REPLAYABLE: dict[int, Callable[[Any], bool]] = {
+    int(spec.code): spec.handler.replayable for spec in REQUESTS if getattr(spec.handler, "replayable", None)}
 _SUCCESS = int(ResponseCode.SUCCESS)
 
 
 class Processor(Protocol):
-    """The regular path (namesrv.processor.core.RequestProcessor): whole, or in a write's steps."""
-
-    def process(self, request: RemotingCommand, channel: Channel, inline: bool = False) -> RemotingCommand | None: ...
+    """The regular path (namesrv.processor.core.RequestProcessor), in a write's steps."""
 
     def prepare(self, request: RemotingCommand, channel: Channel, hints: Hints = Hints.TABLE) -> Any: ...
 
@@ -63,14 +68,22 @@ class Processor(Protocol):
 
     def answer(self, request: RemotingCommand, outcome: object) -> RemotingCommand: ...
 
+    def answer_reads(self, code: int) -> Callable[[], object] | None: ...
+
 
 class Replay(NamedTuple):
-    """A replayable write's request (a header read once: `request`, without opaque or body) as last answered."""
+    """A replayable write's request (a header read once: `request`, without opaque or body) as last
+    answered: for a body of `fastpath.body_digest` `digest` (0: none), its `change`, the `outcome`
+    of applying it, what the answer read besides (`reads()` returned `state`), and the answer. The
+    kept answer is current while the change applied again has the same outcome and `reads()`
+    returns the same state."""
 
     request: RemotingCommand
-    body: bytes | None
+    digest: int
     change: Any
     outcome: object
+    reads: Callable[[], object] | None
+    state: object
     template: OpaqueTemplate
     response_body: bytes | None
     counted: AnswerSlot
@@ -79,6 +92,14 @@ class Replay(NamedTuple):
 #: A write answered here: (the response frame, the tally slot it is counted in, the template of its
 #: header, None unless it is a plain SUCCESS).
 Answered = tuple[bytes, AnswerSlot, OpaqueTemplate | None]
+
+
+def _request(prepared: RemotingCommand, opaque: int, frame: bytes) -> RemotingCommand:
+    """The request in `frame` (as split_frames yields it) whose header was read as `prepared`. Its
+    body is a view of the frame: a changed registration body is decoded without copying it."""
+    size = len(frame)
+    body_at = 4 + (INT32.unpack_from(frame)[0] & HEADER_LENGTH_MASK)
+    return prepared.derive(opaque, memoryview(frame)[body_at:] if size > body_at else None, size)
 
 
 class WriteFastPath:
@@ -101,33 +122,22 @@ class WriteFastPath:
                arrived: float) -> bytes | RemotingCommand:
         """The write in `frame` (as split_frames yields it), whose header was read before as
         `prepared` (its `PreparedWrite.request`) with `opaque`, taken off the socket at `arrived`:
-        its response frame, counted, when the regular path answers it here (a replayable write's
-        from its `Replay` when it has the replay's body and outcome); else the request, for an
-        executor."""
-        size = len(frame)
-        body_at = 4 + (INT32.unpack_from(frame)[0] & HEADER_LENGTH_MASK)
-        # The body as a view of the frame: a registration's repeat is recognised, a changed body
-        # decoded, without copying it.
-        body = memoryview(frame)[body_at:] if size > body_at else None
+        its response frame, counted, when the regular path's steps answer it here (from its
+        `Replay` when it has the replay's body and the kept answer is current); else the request,
+        for an executor."""
         if not self._applies:
-            return prepared.derive(opaque, body, size)
-        if prepared.code not in _REPLAYABLE or (body is not None and len(body) > REPLAY_BODY_BYTES):
-            request = prepared.derive(opaque, body, size)
-            response = self._processor.process(request, channel, inline=True)
-            if response is None:
-                return request
-            answered = self._encoded(request, response)
+            return _request(prepared, opaque, frame)
+        replay = self.replays.table.get(id(prepared))
+        if replay is not None and replay.digest == fastpath.body_digest(frame):
+            outcome = self._processor.apply(prepared.code, replay.change, channel)
+            if outcome == replay.outcome and (replay.reads is None or replay.reads() == replay.state):
+                replay.counted.add(time.monotonic() - arrived)
+                return replay.template.frame(opaque, replay.response_body)
+            answered = self._steps(prepared, opaque, frame, channel, (replay.change, outcome))
         else:
-            data = None if body is None else bytes(body)
-            replay = self.replays.table.get(id(prepared))
-            if replay is not None and replay.body == data:
-                outcome = self._processor.apply(prepared.code, replay.change, channel)
-                if outcome == replay.outcome:
-                    replay.counted.add(time.monotonic() - arrived)
-                    return replay.template.frame(opaque, replay.response_body)
-                answered = self._replayable(prepared, opaque, data, size, channel, (replay.change, outcome))
-            else:
-                answered = self._replayable(prepared, opaque, data, size, channel)
+            answered = self._steps(prepared, opaque, frame, channel)
+        if type(answered) is RemotingCommand:
+            return answered
         answered[1].add(time.monotonic() - arrived)
         return answered[0]
 
@@ -136,48 +146,65 @@ class WriteFastPath:
         """The answers of a chunk whose frames all carry the header `prepared` was read from (a
         broker pipelining one write), with `opaques`, when it is a replayable write and each frame
         carries its kept replay's body: the frames arrived together, so the change is applied once
-        for them all and the kept answer stamped with each opaque. None when that does not hold:
-        answer them one by one (`answer`)."""
-        if not self._applies or prepared.code not in _REPLAYABLE:
+        for them all and the kept answer stamped with each opaque. None when that does not hold,
+        or when the kept answer is not current: answer them one by one (`answer`)."""
+        if not self._applies:
             return None
         replay = self.replays.table.get(id(prepared))
         if replay is None:
             return None
-        data = replay.body
-        length = 0 if data is None else len(data)
+        digest = replay.digest
+        body_digest = fastpath.body_digest
         for frame in frames:
-            if len(frame) - 4 - (INT32.unpack_from(frame)[0] & HEADER_LENGTH_MASK) != length or (
-                    length and not frame.endswith(data)):
+            if body_digest(frame) != digest:
                 return None
         outcome = self._processor.apply(prepared.code, replay.change, channel)
-        if outcome != replay.outcome:  # answered with this outcome, then the others one by one
-            answered = self._replayable(prepared, opaques[0], data, len(frames[0]), channel, (replay.change, outcome))
-            answered[1].add(time.monotonic() - arrived)
-            return [answered[0]] + [self.answer(frame, opaque, prepared, channel, arrived)
-                                    for frame, opaque in zip(frames[1:], opaques[1:])]
+        if outcome != replay.outcome or (replay.reads is not None and replay.reads() != replay.state):
+            # answered with this outcome, then the others one by one
+            first = self._steps(prepared, opaques[0], frames[0], channel, (replay.change, outcome))
+            if type(first) is RemotingCommand:  # nothing changed (EXECUTOR, RETRY): each is an executor's
+                return None
+            first[1].add(time.monotonic() - arrived)
+            return [first[0]] + [self.answer(frame, opaque, prepared, channel, arrived)
+                                 for frame, opaque in zip(frames[1:], opaques[1:])]
         replay.counted.add(time.monotonic() - arrived, len(frames))
         return replay.template.frames(opaques, replay.response_body)
 
-    def _replayable(self, prepared: RemotingCommand, opaque: int, data: bytes | None, size: int, channel: Channel,
-                    applied: tuple[Any, object] | None = None) -> Answered:
-        """A replayable write answered through the regular path's steps (`applied`: its change and
-        the outcome of applying it, when a kept replay's change was applied with another outcome);
-        its answer is kept as its `Replay`."""
+    def _steps(self, prepared: RemotingCommand, opaque: int, frame: bytes, channel: Channel,
+               applied: tuple[Any, object] | None = None) -> Answered | RemotingCommand:
+        """A write answered through the regular path's steps (`applied`: a kept change and the
+        outcome of applying it again, unless that is RETRY: then prepared again), or the request
+        when it is an executor's (EXECUTOR, RETRY). A SUCCESS answer to a change its handler's
+        `replayable` admits is kept as its `Replay`."""
         processor = self._processor
-        request = prepared.derive(opaque, data, size)
-        if applied is None:
+        request = _request(prepared, opaque, frame)
+        code = request.code
+        if applied is None or applied[1] is RETRY:
             change = processor.prepare(request, channel, Hints.INLINE)
+            if change is EXECUTOR:
+                return request
             if type(change) is RemotingCommand:
                 return self._encoded(request, change)
-            outcome = processor.apply(request.code, change, channel)
+            outcome = processor.apply(code, change, channel)
+            if outcome is RETRY:
+                return request
         else:
             change, outcome = applied
+        kept = _REPLAYABLE.get(code)
+        if kept is not None and kept(change):
+            reads = processor.answer_reads(code)
+            state = None if reads is None else reads()  # before the answer reads it
+        else:
+            reads = kept = None
         response = processor.answer(request, outcome)
         answered = self._encoded(request, response)
         template = answered[2]
-        if template is not None:  # (a kept replay of another outcome may stay: its answer is that outcome's)
-            self.replays.remember(id(prepared), Replay(prepared, data, change, outcome, template, response.body,
-                                                       answered[1]), REPLAY_CHARGE)
+        if kept is not None and template is not None:  # (a kept replay of another outcome may stay)
+            answer_body = response.body
+            self.replays.remember(id(prepared), Replay(
+                prepared, fastpath.body_digest(frame), change, outcome, reads, state, template, answer_body,
+                answered[1]),
+                REPLAY_CHARGE + (0 if answer_body is None else len(answer_body)))
         return answered
 
     def _encoded(self, request: RemotingCommand, response: RemotingCommand) -> Answered:
