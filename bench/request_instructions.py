@@ -37,8 +37,6 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
-import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -47,9 +45,11 @@ import time
 from pathlib import Path
 
 from bench.lib import cli
+from bench.lib.client import Client
 from bench.lib.fleet import FleetShape, data_version_template, heartbeat_template, register_body, register_template, \
     route_template
 from bench.lib.output import Printed, write_results
+from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import DataVersion
 
 WORKLOADS = ("route", "register-same", "register-new", "register-churn", "heartbeat", "data-version")
@@ -144,72 +144,47 @@ def per_request(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> fl
     return (instructions(tree, frames_file, count, chunk) - instructions(tree, frames_file, base, chunk)) / (count - base)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _exchange(socks: list[socket.socket], frames: list[bytes], chunk: int) -> tuple[int, int]:
+def _exchange(clients: list[Client], frames: list[bytes], chunk: int) -> tuple[int, int]:
     """Send `frames`, `chunk` per connection a round, each round's answers awaited; (bytes sent, received)."""
     sent = received = 0
-    per_round = chunk * len(socks)
+    per_round = chunk * len(clients)
     for at in range(0, len(frames), per_round):
         waiting = []
-        for index, sock in enumerate(socks):
+        for index, client in enumerate(clients):
             part = frames[at + index * chunk:at + (index + 1) * chunk]
             if part:
                 data = b"".join(struct.pack(">i", len(frame)) + frame for frame in part)
-                sock.sendall(data)
+                client.send(data)
                 sent += len(data)
-                waiting.append((sock, len(part)))
-        for sock, expected in waiting:
-            buffer = b""
+                waiting.append((client, len(part)))
+        for client, expected in waiting:
             while expected:
-                data = sock.recv(1 << 20)
-                if not data:
-                    raise RuntimeError("the server closed a connection")
-                received += len(data)
-                buffer += data
-                while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack_from(">i", buffer)[0]:
-                    buffer = buffer[4 + struct.unpack_from(">i", buffer)[0]:]
-                    expected -= 1
+                answers = client.receive()
+                expected -= len(answers)
+                received += sum(4 + len(answer) for answer in answers)
     return sent, received
 
 
 def server_instructions(tree: Path, setup: list[bytes], frames: list[bytes], chunk: int,
                         connections: int) -> tuple[int, int, int]:
     """(instructions of the whole server of `tree`, bytes sent, received) for `setup` then `frames`."""
-    port = _free_port()
-    with tempfile.TemporaryDirectory() as work:
-        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-        server = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-                                   "-m", "namesrv", f"--listenPort={port}", "--httpListenAddress=",
-                                   f"--zmqListenAddress=tcp://127.0.0.1:{_free_port()}", f"--kvConfigPath={work}/kv.json",
-                                   f"--configStorePath={work}/namesrv.properties"],
-                                  cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 300
-            while True:
-                try:
-                    broker = socket.create_connection(("127.0.0.1", port), timeout=600)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or server.poll() is not None:
-                        raise RuntimeError(f"the server of {tree} did not start")
-                    time.sleep(0.5)
-            _exchange([broker], setup, 1)  # the broker's connection stays open: closing it unregisters the broker
-            socks = [socket.create_connection(("127.0.0.1", port), timeout=600) for _ in range(connections)]
-            sent, received = _exchange(socks, frames, chunk)
-            for sock in [broker, *socks]:
-                sock.close()
-        finally:
-            server.send_signal(signal.SIGTERM)
-            _, stderr = server.communicate(timeout=600)
-    for line in stderr.splitlines():
+    server = NamesrvProcess(source_root=tree, startup_timeout=300, wrapper=(
+        "env", "PYTHONHASHSEED=0", "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"))
+    try:
+        server.start()
+        clients = [Client(server.address, timeout=600) for _ in range(1 + connections)]
+        _exchange(clients[:1], setup, 1)  # the broker's connection stays open: closing it unregisters the broker
+        sent, received = _exchange(clients[1:], frames, chunk)
+        for client in clients:
+            client.close()
+        server.stop(timeout=600)  # callgrind writes its count as the server exits
+        log = server.log_text()
+    finally:
+        server.close()
+    for line in log.splitlines():
         if "Collected :" in line:
             return int(line.rsplit(":", 1)[1]), sent, received
-    raise RuntimeError(f"no instruction count from callgrind: {stderr[-2000:]}")
+    raise RuntimeError(f"no instruction count from callgrind: {log[-2000:]}")
 
 
 def server_per_request(tree: Path, name: str, count: int, chunk: int, connections: int) -> tuple[float, float, float]:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 #: The line NamesrvController logs once both endpoints are bound and the reactor runs.
@@ -44,9 +44,11 @@ class NamesrvProcess:
 
     def __init__(self, overrides: Mapping[str, object] | None = None, *, workdir: str | Path | None = None,
                  config_file: str | Path | None = None, log_config: str | Path | None = None,
-                 startup_timeout: float = 20.0, source_root: str | Path | None = None) -> None:
+                 startup_timeout: float = 20.0, source_root: str | Path | None = None,
+                 wrapper: Sequence[str] = ()) -> None:
         """`source_root`: the checkout whose `namesrv` package runs (default: this one), say an
-        older commit's worktree for a before-and-after measurement."""
+        older commit's worktree for a before-and-after measurement; `wrapper`: a command the
+        server runs under (say valgrind, whose output then joins the server's log)."""
         #: The checkout whose `namesrv` package runs.
         self.source_root = str(source_root or _SOURCE_ROOT)
         self._owns_workdir = workdir is None
@@ -65,7 +67,7 @@ class NamesrvProcess:
             known = self._known_keys()
             settings = {key: value for key, value in settings.items() if key in known}
         settings.update(overrides or {})
-        self.command = [sys.executable, "-m", "namesrv"]
+        self.command = [*wrapper, sys.executable, "-m", "namesrv"]
         if config_file is not None:
             self.command += ["-c", str(config_file)]
         if log_config is not None:
