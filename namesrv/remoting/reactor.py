@@ -271,6 +271,7 @@ class Reactor:
         """The loop (reactor thread)."""
         poller = zmq.Poller()
         endpoints = list(self._endpoints.values())
+        stream = self._stream
         for endpoint in endpoints:
             poller.register(endpoint.socket, zmq.POLLIN)
         wake_fd = self._outbox.fileno()
@@ -297,7 +298,7 @@ class Reactor:
             blocked = any(endpoint.blocked for endpoint in endpoints)
             if self._stop_deadline is not None and (now >= self._stop_deadline or not (blocked or len(self._outbox))):
                 break
-            if blocked or self._stop_deadline is not None or any(endpoint.resets for endpoint in endpoints):
+            if blocked or self._stop_deadline is not None or stream.resets:  # (only TCP connections wait for one)
                 timeout = BLOCKED_RETRY_MS
             else:
                 timeout = max(0.0, next_sweep - now) * 1000
@@ -328,7 +329,7 @@ class Reactor:
                         endpoint.flush_blocked()
                 if now >= next_sweep:
                     next_sweep = now + IDLE_SWEEP_SECONDS
-                    self._stream.expire_handshakes(now)
+                    stream.expire_handshakes(now)
                     if idle_seconds:
                         for endpoint in endpoints:
                             endpoint.expire_idle(now - idle_seconds, idle_seconds)
