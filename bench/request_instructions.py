@@ -216,37 +216,32 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed (Debian: apt-get install -y valgrind)")
     trees = [_ROOT] + ([args.against.resolve()] if args.against else [])
-    if args.server:
-        return _main_server(args, trees)
     say, results = Printed(with_machine=False), []  # the lead's diffs read this format: unchanged
-    say("instructions per request on the inline path (callgrind"
-        + (f", {args.chunk} frames a call" if args.chunk > 1 else "") + "); " + ", ".join(str(tree) for tree in trees))
+    if args.server:
+        say(f"instructions per request of the whole server (callgrind, user space; {args.chunk} a round on each of "
+            f"{args.connections} connections); " + ", ".join(str(tree) for tree in trees))
+    else:
+        say("instructions per request on the inline path (callgrind"
+            + (f", {args.chunk} frames a call" if args.chunk > 1 else "") + "); " + ", ".join(str(tree) for tree in trees))
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.workloads.split(","):
-            frames_file = Path(scratch) / f"{name}.pickle"
-            frames_file.write_bytes(pickle.dumps(workload_frames(name, args.requests)))
-            counts = [per_request(tree, frames_file, args.requests, args.chunk) for tree in trees]
+            traffic = {}  # --server: the bytes each way per request
+            if args.server:
+                measured = [server_per_request(tree, name, args.requests, args.chunk, args.connections)
+                            for tree in trees]
+                counts = [count for count, _, _ in measured]
+                traffic = {"bytes_in": measured[0][1], "bytes_out": measured[0][2]}
+            else:
+                frames_file = Path(scratch) / f"{name}.pickle"
+                frames_file.write_bytes(pickle.dumps(workload_frames(name, args.requests)))
+                counts = [per_request(tree, frames_file, args.requests, args.chunk) for tree in trees]
             ratio = f"  ratio {counts[0] / counts[1]:.3f}" if len(counts) == 2 else ""
-            say(f"{name:14s} " + "  ".join(f"{count:10,.0f}" for count in counts) + ratio)
-            results.append({"workload": name, "instructions": counts[0],
+            bytes_each_way = (f"  (bytes a request: {traffic['bytes_in']:,.0f} in, {traffic['bytes_out']:,.0f} out)"
+                              if traffic else "")
+            say(f"{name:14s} " + "  ".join(f"{count:10,.0f}" for count in counts) + ratio + bytes_each_way)
+            results.append({"workload": name, "instructions": counts[0], **traffic,
                             **({"against": counts[1], "ratio": counts[0] / counts[1]} if len(counts) == 2 else {})})
     write_results(cli.out_dir(args, "request-instructions"), "request-instructions", results, say,
-                  trees=[str(tree) for tree in trees], chunk=args.chunk)
-    return 0
-
-
-def _main_server(args, trees: list[Path]) -> int:
-    say, results = Printed(with_machine=False), []
-    say(f"instructions per request of the whole server (callgrind, user space; {args.chunk} a round on each of "
-        f"{args.connections} connections); " + ", ".join(str(tree) for tree in trees))
-    for name in args.workloads.split(","):
-        counts = [server_per_request(tree, name, args.requests, args.chunk, args.connections) for tree in trees]
-        ratio = f"  ratio {counts[0][0] / counts[1][0]:.3f}" if len(counts) == 2 else ""
-        say(f"{name:14s} " + "  ".join(f"{count[0]:10,.0f}" for count in counts) + ratio
-            + f"  (bytes a request: {counts[0][1]:,.0f} in, {counts[0][2]:,.0f} out)")
-        results.append({"workload": name, "instructions": counts[0][0], "bytes_in": counts[0][1],
-                        "bytes_out": counts[0][2],
-                        **({"against": counts[1][0], "ratio": counts[0][0] / counts[1][0]} if len(counts) == 2 else {})})
-    write_results(cli.out_dir(args, "request-instructions"), "request-instructions", results, say,
-                  trees=[str(tree) for tree in trees], chunk=args.chunk, server=True, connections=args.connections)
+                  trees=[str(tree) for tree in trees], chunk=args.chunk,
+                  **({"server": True, "connections": args.connections} if args.server else {}))
     return 0
