@@ -139,7 +139,7 @@ def instructions(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> i
 def per_request(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> float:
     """`count` requests less a fifth of them: start-up, set-up and the first chunk cancel out, and
     the collector's passes land alike in both runs' share (counted from nothing, where a pass
-    happened to land moved a route query by 8 % between two trees of the same code)."""
+    happened to land moved two trees of the same code apart: see 38f7ec2)."""
     base = count // 5
     return (instructions(tree, frames_file, count, chunk) - instructions(tree, frames_file, base, chunk)) / (count - base)
 
