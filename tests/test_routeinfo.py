@@ -4,6 +4,7 @@ Sans-IO: an injected millisecond clock replaces time, so expiry is tested withou
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -16,6 +17,7 @@ from namesrv.protocol.codes import FLAG_UNIT, FLAG_UNIT_SUB, PERM_PRIORITY, PERM
 from namesrv.protocol.route import QueueData, TopicRouteData
 from namesrv.protocol.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from namesrv.routeinfo import DEFAULT_BROKER_CHANNEL_EXPIRED_TIME, Registrant, RouteInfoManager
+from namesrv.routeinfo.rwlock import ReadWriteLock
 
 START = 1_700_000_000_000
 
@@ -470,3 +472,118 @@ def test_refresh_declines_while_registrations_delete_topics(routes, config):
     register(routes, body_fingerprint="body-1")
     config.delete_topic_with_broker_registration = True
     assert refresh(routes) is None
+
+
+# ---------------------------------------------------------------- the refresh without the lock
+
+
+def test_the_lock_epoch_is_odd_exactly_while_a_writer_holds_it():
+    lock = ReadWriteLock()
+    assert lock.epoch == 0
+    with lock.write:
+        assert lock.epoch == 1
+    with lock.read:
+        assert lock.epoch == 2
+    with lock.write:
+        assert lock.epoch == 3
+    assert lock.epoch == 4
+
+
+def test_a_repeated_refresh_skips_its_checks_until_a_writer_runs(routes, monkeypatch):
+    via = channel(1)
+    register(routes, body_fingerprint="body-1", via=via)
+    registrant = Registrant("DefaultCluster", "10.0.0.1:10911", "broker-a", 0, "10.0.0.1:10912")
+    checks = []
+    checked = routes._refreshable
+    monkeypatch.setattr(routes, "_refreshable", lambda *args: checks.append(args) or checked(*args))
+    assert routes.refresh(registrant, "body-1", via) is not None
+    assert routes.refresh(registrant, "body-1", via) is not None
+    assert len(checks) == 1  # the second knew its checks pass: no writer ran
+    assert routes.refresh(registrant._replace(), "body-1", via) is not None
+    assert len(checks) == 2  # an equal registrant, not the one checked: checked again
+    assert routes.refresh(registrant, "body-1", via) is not None
+    assert len(checks) == 3
+    register(routes, name="broker-b", addr="10.0.0.2:10911")  # a writer, changing nothing of broker-a
+    assert routes.refresh(registrant, "body-1", via) is not None
+    assert routes.refresh(registrant, "body-1", via) is not None
+    assert len(checks) == 4
+    moved = channel(2)
+    assert routes.refresh(registrant, "body-1", moved) is not None  # under the lock, which moves the channel
+    assert len(checks) == 5 and routes.on_channel_destroy(via) == []
+    assert routes.refresh(registrant, "body-1", moved) is not None
+    assert len(checks) == 5
+    routes.delete_topic("T2")  # a writer changing what the checks read: the full registration restores T2
+    assert routes.refresh(registrant, "body-1", moved) is None
+    assert routes.registrations["unchanged"] == 8
+
+
+def test_a_writer_between_the_checks_and_the_store_sends_the_refresh_under_the_lock(config):
+    def clock() -> int:
+        if writes:
+            writes.pop()()
+        return 1_000
+
+    writes: list = []
+    via = channel(1)
+    routes = RouteInfoManager(config, clock=clock)
+    register(routes, body_fingerprint="body-1", via=via)
+    registrant = Registrant("DefaultCluster", "10.0.0.1:10911", "broker-a", 0, "10.0.0.1:10912")
+    assert routes.refresh(registrant, "body-1", via) is not None
+    writes.append(lambda: routes.unregister_broker("DefaultCluster", "10.0.0.1:10911", "broker-a", 0))
+    assert routes.refresh(registrant, "body-1", via) is None  # as if it came just after the writer
+    assert routes.snapshot().broker_live_table == {}
+    register(routes, body_fingerprint="body-1", via=via)
+    writes.append(lambda: register(routes, name="broker-b", addr="10.0.0.2:10911"))
+    assert routes.refresh(registrant, "body-1", via) is not None  # checked again under the lock
+    assert routes.registrations["unchanged"] == 2
+
+
+def test_a_refresh_waits_for_a_writer_holding_the_lock(routes):
+    register(routes, body_fingerprint="body-1", via=channel(1))
+    registrant = Registrant("DefaultCluster", "10.0.0.1:10911", "broker-a", 0, "10.0.0.1:10912")
+    answers: list = []
+    routes._lock.acquire_write()
+    refresher = threading.Thread(target=lambda: answers.append(routes.refresh(registrant, "body-1", channel(1))))
+    refresher.start()
+    refresher.join(0.2)
+    assert refresher.is_alive() and answers == []
+    routes._unregister_locked("unregistered", "DefaultCluster", "10.0.0.1:10911", "broker-a", 0, channel(1))
+    routes._lock.release_write()
+    refresher.join(5)
+    assert answers == [None]
+
+
+def test_refreshes_racing_writers_leave_the_tables_as_the_writers_did(routes):
+    """Two threads switching as often as the interpreter allows: one refreshing, one deleting and
+    restoring a topic of the group. Each refresh answered while T2 was gone would leave the broker
+    without T2 and its repeats refreshed: after the last write, the refresh must decline until the
+    full registration restores it."""
+    register(routes, body_fingerprint="body-1", via=channel(1))
+    registrant = Registrant("DefaultCluster", "10.0.0.1:10911", "broker-a", 0, "10.0.0.1:10912")
+    stop = threading.Event()
+    errors: list = []
+
+    def refresher() -> None:
+        try:
+            while not stop.is_set():
+                routes.refresh(registrant, "body-1", channel(1))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=refresher)
+    thread.start()
+    try:
+        for _ in range(300):
+            routes.delete_topic("T2")
+            register(routes, body_fingerprint="body-1", via=channel(1))
+        routes.delete_topic("T2")
+        time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join(10)
+        sys.setswitchinterval(switch)
+    assert errors == []
+    assert routes.refresh(registrant, "body-1", channel(1)) is None
+    assert routes.pickup_topic_route("T2") is None

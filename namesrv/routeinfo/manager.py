@@ -154,30 +154,66 @@ class RouteInfoManager:
         registration left it, and (for a member that applies topics) none of the group's queue
         entries changed since, so no topic is missing that the body would restore. Returns that
         registration's result, or None: then decode the body and call `register`.
+
+        Tried first without the lock, as a seqlock reader: the checks read the tables (or, when no
+        writer has run since they last passed for this registrant and fingerprint, are known to
+        pass: `BrokerLiveInfo.refreshed`), liveness is stored as a heartbeat stores it
+        (`update_broker_timestamp`: that store commutes with any writer), and the answer stands
+        when the lock's `epoch` is the same even value after as before, so no writer changed what
+        the checks read. That check and the count are made under the lock's mutex, which no writer
+        can take meanwhile. Otherwise (a writer ran, the checks failed, the channel moved) the same
+        steps run under the write lock.
         """
+        if self._config.delete_topic_with_broker_registration:  # a registration then lists every topic
+            return None
+        lock = self._lock
+        epoch = lock.epoch
         key = (registrant.cluster_name, registrant.broker_addr)
-        broker_name, broker_id = registrant.broker_name, registrant.broker_id
-        with self._lock.write:
+        live = self._live.by_key.get(key)
+        if live is not None and not epoch & 1 and live.channel is channel:
+            memo = live.refreshed
+            if memo is not None and memo[0] == epoch and memo[1] is registrant and memo[2] is fingerprint:
+                result = memo[3]
+            else:
+                result = self._refreshable(live, registrant, fingerprint)
+            if result is not None:
+                live.last_update_timestamp = self._clock()
+                with lock.mutex:
+                    if lock.epoch == epoch:
+                        live.refreshed = (epoch, registrant, fingerprint, result)
+                        self.registrations["unchanged"] += 1
+                        return result
+        with lock.write:
             live = self._live.by_key.get(key)
-            if live is None or live.registration != (registrant, fingerprint):
-                return None
-            group = self._brokers.get(broker_name)
-            acting = registrant.enable_acting_master
-            if (group is None or group.broker_addrs.get(broker_id) != registrant.broker_addr
-                    or broker_name not in self._clusters.get(registrant.cluster_name, ())
-                    or group.enable_acting_master != bool(acting) or group.zone_name != registrant.zone_name
-                    or self._config.delete_topic_with_broker_registration):
-                return None
-            applies_topics = broker_id == MASTER_ID or (acting is not None and broker_id == min(group.broker_addrs))
-            if applies_topics and not (live.topics_applied
-                                       and live.queue_changes_seen == self._queues.changes_of(broker_name)):
+            result = None if live is None else self._refreshable(live, registrant, fingerprint)
+            if result is None:
                 return None
             live.last_update_timestamp = self._clock()
             if live.channel is not channel and live.channel != channel:
                 self._live.set_channel(key, live, channel)
+            live.refreshed = (lock.epoch + 1, registrant, fingerprint, result)  # the epoch once this write ends
             self.registrations["unchanged"] += 1
-            return _NO_MASTER if broker_id == MASTER_ID else self._master_of_locked(group, registrant.cluster_name,
-                                                                                    broker_id)
+            return result
+
+    def _refreshable(self, live: BrokerLiveInfo, registrant: Registrant,
+                     fingerprint: Hashable) -> RegisterBrokerResult | None:
+        """`refresh`'s checks of the broker's live entry `live` (reads only): the answer of its last
+        registration, or None when it must be registered again."""
+        if live.registration != (registrant, fingerprint):
+            return None
+        broker_name, broker_id = registrant.broker_name, registrant.broker_id
+        group = self._brokers.get(broker_name)
+        acting = registrant.enable_acting_master
+        if (group is None or group.broker_addrs.get(broker_id) != registrant.broker_addr
+                or broker_name not in self._clusters.get(registrant.cluster_name, ())
+                or group.enable_acting_master != bool(acting) or group.zone_name != registrant.zone_name):
+            return None
+        applies_topics = broker_id == MASTER_ID or (acting is not None and broker_id == min(group.broker_addrs))
+        if applies_topics and not (live.topics_applied
+                                   and live.queue_changes_seen == self._queues.changes_of(broker_name)):
+            return None
+        return _NO_MASTER if broker_id == MASTER_ID else self._master_of_locked(group, registrant.cluster_name,
+                                                                                  broker_id)
 
     def topic_entries(self, registrant: Registrant) -> bytes | None:
         """The topic entries of this master's last registration when the route table still holds

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from namesrv.channel import Channel
-from namesrv.protocol.route import BrokerData, QueueData
+from namesrv.protocol.route import BrokerData, QueueData, RegisterBrokerResult
 from namesrv.protocol.topic import DataVersion
 
 #: RocketMQ's DEFAULT_BROKER_CHANNEL_EXPIRED_TIME: a broker silent this long (ms) is removed.
@@ -59,6 +59,11 @@ class BrokerLiveInfo:
     topics_applied: bool = False
     queue_changes_seen: int = 0
     topic_entries: bytes | None = None
+    #: (the route table's write epoch, registrant, fingerprint, answer) of the last refresh whose
+    #: checks passed: while no writer has run since, the same registrant and fingerprint pass them
+    #: again (`RouteInfoManager.refresh`). A memo, not state: never compared or shown.
+    refreshed: tuple[int, Registrant, Hashable, RegisterBrokerResult] | None = field(
+        default=None, compare=False, repr=False)
 
     def expired(self, now: int) -> bool:
         return self.last_update_timestamp + self.heartbeat_timeout_millis < now

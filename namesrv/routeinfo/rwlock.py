@@ -18,16 +18,21 @@ from types import TracebackType
 class ReadWriteLock:
     """`with lock.read:` / `with lock.write:`."""
 
-    __slots__ = ("_mutex", "_cond", "_readers", "_writer", "_writers_waiting", "_waiters", "read", "write")
+    __slots__ = ("mutex", "_cond", "_readers", "_writer", "_writers_waiting", "_waiters", "epoch", "read", "write")
 
     def __init__(self) -> None:
-        self._mutex = threading.Lock()
-        self._cond = threading.Condition(self._mutex)
+        #: Held only while the counts change (and by a lock-free reader acting on its check of `epoch`).
+        self.mutex = threading.Lock()
+        self._cond = threading.Condition(self.mutex)
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
         #: Threads waiting on `_cond` (readers or writers): a release notifies only when there are some.
         self._waiters = 0
+        #: Writes begun plus writes ended: odd while a writer holds the lock. A reader that takes no
+        #: lock reads it before and after it reads the tables: the same even value means no writer
+        #: changed them meanwhile (a seqlock's check).
+        self.epoch = 0
         self.read = _ReadSide(self)
         self.write = _WriteSide(self)
 
@@ -57,7 +62,7 @@ class _ReadSide:
 
     def __init__(self, lock: ReadWriteLock) -> None:
         self._lock = lock
-        self._mutex = lock._mutex
+        self._mutex = lock.mutex
 
     def __enter__(self) -> None:
         lock = self._lock
@@ -79,7 +84,7 @@ class _WriteSide:
 
     def __init__(self, lock: ReadWriteLock) -> None:
         self._lock = lock
-        self._mutex = lock._mutex
+        self._mutex = lock.mutex
 
     def __enter__(self) -> None:
         lock = self._lock
@@ -92,10 +97,12 @@ class _WriteSide:
                 finally:
                     lock._writers_waiting -= 1
             lock._writer = True
+            lock.epoch += 1
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         lock = self._lock
         with self._mutex:
             lock._writer = False
+            lock.epoch += 1
             if lock._waiters:
                 lock._cond.notify_all()
