@@ -244,6 +244,56 @@ def test_a_changed_body_is_applied_inline_as_the_regular_path_applies_it(tmp_pat
     assert twins.inline.routes.pickup_topic_route("T5") is not None  # left out is not deleted (RocketMQ)
 
 
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_a_new_data_version_over_unchanged_topics_renews_inline_as_the_regular_path_registers(
+        tmp_path, serialize_type):
+    """A master's new DataVersion whose topic entries all stand renews its live entry only
+    (`RouteInfoManager._renews_only_locked`); the twin never renews, so it takes every step."""
+    twins = Twins(tmp_path)
+    twins.twin.routes._renews_only_locked = lambda *args: False
+    for server in (twins.inline, twins.twin):
+        server.routes.track_changes()
+    renewals: list[bool] = []
+    check = twins.inline.routes._renews_only_locked
+    twins.inline.routes._renews_only_locked = lambda *args: renewals.append(check(*args)) or renewals[-1]
+    topics = [f"T{i}" for i in range(40)]  # runs of sixteen stepped over at once, and single entries
+
+    def filtered(counter: int, servers: list[str]) -> bytes:
+        wrapper = TopicConfigSerializeWrapper({name: TopicConfig(name, 4, 4) for name in topics},
+                                              DataVersion(counter, 1))
+        return RegisterBrokerBody(wrapper, servers).encode()
+
+    steps = [  # (header, body, connection, renewed)
+        (MASTER, with_topics(topics, 1), BROKER, False),  # a new broker
+        (MASTER, with_topics(topics, 2), BROKER, True),
+        (MASTER, with_topics(topics, 3), OTHER, False),  # a new connection
+        (MASTER, with_topics(topics, 4), OTHER, True),
+        (MASTER, filtered(5, ["10.0.0.1:1"]), OTHER, False),  # filter servers
+        (MASTER, filtered(6, ["10.0.0.1:1"]), OTHER, True),
+        (MASTER, with_topics(topics, 7), OTHER, False),
+        (SLAVE, with_topics(topics, 1), OTHER, False),  # a slave joins the group
+        (MASTER, with_topics(topics, 8), OTHER, True),
+        ({**MASTER, "haServerAddr": "10.0.0.1:10999"}, with_topics(topics, 9), OTHER, False),
+        (MASTER, with_topics(topics, 10), OTHER, False),
+        ("delete T3", None, None, None),  # an admin deletes a topic: the next body restores it
+        (MASTER, with_topics(topics, 11), OTHER, False),
+        (MASTER, with_topics(topics, 12), OTHER, True),
+    ]
+    for opaque, (header, data, channel, renewed) in enumerate(steps, 1):
+        if header == "delete T3":
+            for server in (twins.inline, twins.twin):
+                server.routes.delete_topic("T3")
+            continue
+        before = sum(renewals)
+        inline, answer = twins.send(registration(header, data, opaque=opaque, serialize_type=serialize_type), channel)
+        assert inline and answer.code == ResponseCode.SUCCESS
+        assert (sum(renewals) > before) == renewed, opaque
+        assert twins.inline.routes.registrations == twins.twin.routes.registrations
+        assert twins.inline.routes.route_changes == twins.twin.routes.route_changes
+        assert twins.inline.routes.take_changes() == twins.twin.routes.take_changes()
+    assert twins.inline.routes.pickup_topic_route("T3") is not None
+
+
 def test_an_admin_change_between_registrations_is_undone_inline(tmp_path):
     twins = Twins(tmp_path)
     twins.send(registration(data=with_topics(["A", "B"], 1)))

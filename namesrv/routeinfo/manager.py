@@ -203,11 +203,9 @@ class RouteInfoManager:
             return None
         broker_name, broker_id = registrant.broker_name, registrant.broker_id
         group = self._brokers.get(broker_name)
-        acting = registrant.enable_acting_master
-        if (group is None or group.broker_addrs.get(broker_id) != registrant.broker_addr
-                or broker_name not in self._clusters.get(registrant.cluster_name, ())
-                or group.enable_acting_master != bool(acting) or group.zone_name != registrant.zone_name):
+        if not self._group_as_registered(group, registrant):
             return None
+        acting = registrant.enable_acting_master
         applies_topics = broker_id == MASTER_ID or (acting is not None and broker_id == min(group.broker_addrs))
         if applies_topics and not (live.topics_applied
                                    and live.queue_changes_seen == self._queues.changes_of(broker_name)):
@@ -252,6 +250,18 @@ class RouteInfoManager:
                         broker_name, broker_id, broker_addr, list(topics))
             return None
         self._check_room_locked(key, broker_name, topics)
+        if omitted and not topics and self._renews_only_locked(previous, registrant, group, decoded, key,
+                                                               filter_server_list, channel):
+            # Steps 1-10, 12 and 13 would leave every table as it is: step 11 is the live entry renewed.
+            # After the room check (its refusal comes first either way); before `_cause`, which only
+            # notes a cause for the changes a write reports: this one reports none, and every write
+            # that does names its own cause first. (`refreshed` may stay: its epoch is before this write.)
+            previous.last_update_timestamp = self._clock()
+            previous.data_version = decoded.data_version
+            previous.registration = registration
+            previous.topic_entries = decoded.entries
+            self.registrations["applied"] += 1
+            return _NO_MASTER
         self._cause(events.REGISTERED, cluster_name, broker_addr, broker_name, broker_id, channel)
         names = self._clusters.get(cluster_name)  # step 1
         if names is None:
@@ -314,6 +324,36 @@ class RouteInfoManager:
             # As 5.x, whatever the group's enableActingMaster: its brokers decide what the news means to them.
             self._min_broker_id_changed(group, None, ha_server_addr)
         return self._master_of_locked(group, cluster_name, broker_id)  # step 13
+
+    def _renews_only_locked(self, live: BrokerLiveInfo, registrant: Registrant, group: BrokerData | None,
+                            table: TopicQueueTable, key: LiveKey, filter_servers: list[str] | None,
+                            channel: Channel | None) -> bool:
+        """Would registering `table`, whose every entry was left out as unchanged against `live`'s
+        (`_holds_entries_locked`), change nothing but `live`'s time, DataVersion, registration and
+        topic entries? `live` (at `key`) holds a master's registration of the same id (only a
+        master's entries are kept), so step 10 puts nothing.
+
+        Such a registration (the DataVersion moved, no topic entry did) changes no route, yet every
+        step would check and rewrite its table; the reactor answers it, so the steps are skipped
+        when, and only when, each would leave its table alone: the same registrant (step 11's HA
+        address and timeout), its group as its registration left it (steps 1-8: no address moves,
+        so no lower broker id either), no static-topic mappings (step 10 would store them again and
+        report their routes changed), a new DataVersion (with the same one step 11 keeps no
+        entries), the same filter servers (step 12) and the same connection object: `LiveTable.set`
+        moves a broker whose channel is another object to the end of the live table (the expiry
+        scan's order)."""
+        return (not table.topic_queue_mapping_info_map and live.registration[0] == registrant
+                and live.channel is channel and live.data_version != table.data_version
+                and self._group_as_registered(group, registrant) and self._filters_hold(key, filter_servers))
+
+    def _group_as_registered(self, group: BrokerData | None, registrant: Registrant) -> bool:
+        """Is `group` as a registration of `registrant` leaves it, so that its steps 1-8 would change
+        nothing: listed in its cluster, `registrant`'s id at its address, the same acting-master
+        and zone flags? (Reads only: also `refresh`'s lock-free checks.)"""
+        cluster_name, broker_addr, broker_name, broker_id, _, _, acting, zone_name = registrant
+        return (group is not None and group.broker_addrs.get(broker_id) == broker_addr
+                and broker_name in self._clusters.get(cluster_name, ())
+                and group.enable_acting_master == bool(acting) and group.zone_name == zone_name)
 
     def _check_room_locked(self, key: LiveKey, broker_name: str, topics: dict[str, QueueFields]) -> None:
         """RouteTableFull if registering `key` would pass maxBrokers, or its topics maxQueueDatas
@@ -796,10 +836,7 @@ class RouteInfoManager:
 
     def _set_filters(self, key: LiveKey, servers: list[str] | None) -> None:
         """Store a broker's filter servers (None: leave as is, empty: remove)."""
-        if servers is None:
-            return
-        held = self._filters.get(key)
-        if held == servers or (held is None and not servers):
+        if self._filters_hold(key, servers):
             return
         if servers:
             self._filters[key] = list(servers)
@@ -808,3 +845,10 @@ class RouteInfoManager:
         for group in self._brokers.values():
             if key[1] in group.broker_addrs.values():
                 self._queues.group_changed(group.broker_name)
+
+    def _filters_hold(self, key: LiveKey, servers: list[str] | None) -> bool:
+        """Would `_set_filters(key, servers)` leave the filter-server table as it is?"""
+        if servers is None:
+            return True
+        held = self._filters.get(key)
+        return held == servers or (held is None and not servers)
