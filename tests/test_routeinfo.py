@@ -587,3 +587,15 @@ def test_refreshes_racing_writers_leave_the_tables_as_the_writers_did(routes):
     assert errors == []
     assert routes.refresh(registrant, "body-1", channel(1)) is None
     assert routes.pickup_topic_route("T2") is None
+
+
+def test_a_refresh_over_an_equal_channel_object_takes_no_lock(routes):
+    """A worker process gets each write's channel from the write log as a new, equal object."""
+    register(routes, body_fingerprint="body-1", via=channel(1))
+    registrant = Registrant("DefaultCluster", "10.0.0.1:10911", "broker-a", 0, "10.0.0.1:10912")
+    epoch = routes._lock.epoch
+    assert routes.refresh(registrant, "body-1", channel(1)) is not None
+    assert routes.refresh(registrant, "body-1", channel(1)) is not None
+    assert routes._lock.epoch == epoch  # no writer ran: both were answered without the lock
+    assert routes.refresh(registrant, "body-1", channel(2)) is not None
+    assert routes._lock.epoch == epoch + 2  # a moved channel: under the lock

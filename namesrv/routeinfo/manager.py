@@ -162,7 +162,8 @@ class RouteInfoManager:
         when the lock's `epoch` is the same even value after as before, so no writer changed what
         the checks read. That check and the count are made under the lock's mutex, which no writer
         can take meanwhile. Otherwise (a writer ran, the checks failed, the channel moved) the same
-        steps run under the write lock.
+        steps run under the write lock. An equal channel is the same connection (a worker process
+        gets each from the write log as a new object): nothing to move.
         """
         if self._config.delete_topic_with_broker_registration:  # a registration then lists every topic
             return None
@@ -170,7 +171,7 @@ class RouteInfoManager:
         epoch = lock.epoch
         key = (registrant.cluster_name, registrant.broker_addr)
         live = self._live.by_key.get(key)
-        if live is not None and not epoch & 1 and live.channel is channel:
+        if live is not None and not epoch & 1 and (live.channel is channel or live.channel == channel):
             memo = live.refreshed
             if memo is not None and memo[0] == epoch and memo[1] is registrant and memo[2] is fingerprint:
                 result = memo[3]
