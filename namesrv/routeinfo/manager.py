@@ -161,9 +161,11 @@ class RouteInfoManager:
         (`update_broker_timestamp`: that store commutes with any writer), and the answer stands
         when the lock's `epoch` is the same even value after as before, so no writer changed what
         the checks read. That check and the count are made under the lock's mutex, which no writer
-        can take meanwhile. Otherwise (a writer ran, the checks failed, the channel moved) the same
-        steps run under the write lock. An equal channel is the same connection (a worker process
-        gets each from the write log as a new object): nothing to move.
+        can take meanwhile. A failed check (or no live entry) answers None at once, whatever a writer
+        did meanwhile: the registration that follows reads the tables again under the lock. A writer
+        that ran meanwhile, one holding the lock, or a moved channel send the same steps under the
+        write lock. An equal channel is the same connection (a worker process gets each from the
+        write log as a new object): nothing to move.
         """
         if self._config.delete_topic_with_broker_registration:  # a registration then lists every topic
             return None
@@ -171,19 +173,22 @@ class RouteInfoManager:
         epoch = lock.epoch
         key = (registrant.cluster_name, registrant.broker_addr)
         live = self._live.by_key.get(key)
-        if live is not None and not epoch & 1 and (live.channel is channel or live.channel == channel):
+        if live is None:
+            return None
+        if not epoch & 1 and (live.channel is channel or live.channel == channel):
             memo = live.refreshed
             if memo is not None and memo[0] == epoch and memo[1] is registrant and memo[2] is fingerprint:
                 result = memo[3]
             else:
                 result = self._refreshable(live, registrant, fingerprint)
-            if result is not None:
-                live.last_update_timestamp = self._clock()
-                with lock.mutex:
-                    if lock.epoch == epoch:
-                        live.refreshed = (epoch, registrant, fingerprint, result)
-                        self.registrations["unchanged"] += 1
-                        return result
+            if result is None:
+                return None
+            live.last_update_timestamp = self._clock()
+            with lock.mutex:
+                if lock.epoch == epoch:
+                    live.refreshed = (epoch, registrant, fingerprint, result)
+                    self.registrations["unchanged"] += 1
+                    return result
         with lock.write:
             live = self._live.by_key.get(key)
             result = None if live is None else self._refreshable(live, registrant, fingerprint)

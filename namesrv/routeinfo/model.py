@@ -42,8 +42,8 @@ class Registrant(NamedTuple):
 class BrokerLiveInfo:
     """What the NameServer knows about one registered broker process.
 
-    The last four fields let a re-registration skip work: the registrant and body fingerprint it
-    came with (`registration`, when a fingerprint was given), whether it applied its topic
+    The four fields before `refreshed` let a re-registration skip work: the registrant and body
+    fingerprint it came with (`registration`, when a fingerprint was given), whether it applied its topic
     table, and how many changes the group's queue entries had seen by then let an identical one
     skip decoding its body (`RouteInfoManager.refresh`); a master's `topic_entries` (its table's
     entries as the fast path digested them, when the route table holds exactly them) let the next

@@ -5,9 +5,11 @@ queries behind each other for no reason. Writers are preferred: a waiting writer
 readers from entering, so a steady stream of queries cannot starve a registration.
 Not reentrant: code that holds the lock calls `_locked` helpers, never the public methods.
 
-Every registration takes the write side, so entering and leaving a side are one Python call each
-(the side's `__enter__`/`__exit__` are the implementation), over a C mutex held only while the
-counts change; the condition variable is touched only when a thread actually waits.
+Every registration that reads a topic table takes the write side, so entering and leaving a side
+are one Python call each (the side's `__enter__`/`__exit__` are the implementation), over a C mutex
+held only while the counts change; the condition variable is touched only when a thread actually
+waits. An unchanged re-registration's refresh takes no side: it checks `epoch` (a seqlock's count
+of writes) under the mutex instead (`RouteInfoManager.refresh`).
 """
 from __future__ import annotations
 
