@@ -1,6 +1,6 @@
-"""A master's new DataVersion whose topic entries all stand renews its live entry only.
+"""A master's new DataVersion renews its live entry, and puts only the topic entries that changed.
 
-`RouteInfoManager._renews_only_locked` lets such a registration skip RocketMQ's steps 1-10, 12
+`RouteInfoManager._renews_only_locked` lets such a registration skip RocketMQ's steps 1-9, 12
 and 13 when each would leave its table alone. Here every sequence runs on two route tables fed
 the same decoded bodies (decoded against the broker's previous entries, as the server decodes
 them): one may take the renewal, the other never does (its `_renews_only_locked` always says no),
@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
+from namesrv.protocol.codes import PERM_READ
 from namesrv.protocol.route import QueueData
 from namesrv.protocol.topic import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper, \
     decode_registration
@@ -89,10 +90,12 @@ class Pair:
 
     def register(self, registrant: Registrant, topics: tuple[str, ...] = TOPICS, filters: list[str] | None = None,
                  channel: Channel = FIRST, mappings: dict | None = None, state_version: int = 0,
-                 new_version: bool = True, renewed: bool | None = None) -> None:
-        """A registration (with a new DataVersion unless told); `renewed`, when given, says whether it is a renewal."""
+                 new_version: bool = True, renewed: bool | None = None, read_only: tuple[str, ...] = ()) -> None:
+        """A registration (with a new DataVersion unless told) of `topics`, those in `read_only` without
+        the write permission; `renewed`, when given, says whether it is a renewal."""
         self.counter += new_version
-        wrapper = TopicConfigSerializeWrapper({name: TopicConfig(name, 4, 4) for name in topics},
+        wrapper = TopicConfigSerializeWrapper({name: TopicConfig(name, 4, 4, PERM_READ if name in read_only else 6)
+                                               for name in topics},
                                               DataVersion(self.counter, 1, state_version),
                                               topic_queue_mapping_info_map=mappings or {})
         data = RegisterBrokerBody(wrapper, [] if filters is None else filters).encode()
@@ -172,13 +175,33 @@ def test_other_writes_between_renewals_are_never_skipped():
     pair.step(lambda side: side.routes.unregister_broker(SLAVE.cluster_name, SLAVE.broker_addr, "b1", 1))
     pair.register(MASTER, renewed=True)
     pair.register(MASTER, topics=("A", "B"), renewed=True)  # a topic left out of the table is kept (RocketMQ)
-    pair.register(MASTER, renewed=False)  # and it comes back as an entry to read
+    pair.register(MASTER, renewed=True)  # and it comes back as an entry to read (and put: the same entry)
     pair.register(MASTER, mappings=MAPPING, renewed=False)  # static-topic mappings are stored again each time
     pair.register(MASTER, mappings=MAPPING, renewed=False)
     pair.register(MASTER, renewed=True)
     pair.now += 200_000  # every broker silent past its timeout: removed in the live table's order
     pair.step(lambda side: side.routes.scan_not_active_brokers())
     pair.register(MASTER, renewed=False)
+
+
+def test_a_renewal_puts_the_entries_that_changed_as_the_full_registration_puts_them():
+    pair = Pair()
+    pair.register(MASTER, renewed=False)
+    pair.register(MASTER, read_only=("B",), renewed=True)  # one topic loses its write permission
+    pair.register(MASTER, read_only=("C",), renewed=True)  # it gets it back, another loses it
+    pair.register(MASTER, topics=TOPICS + ("D",), read_only=("C",), renewed=True)  # a new topic
+    pair.register(MASTER, topics=TOPICS + ("D",), renewed=True)
+    pair.register(MASTER, topics=("A", "D"), renewed=True)  # topics left out of the table are kept (RocketMQ)
+    pair.register(MASTER, read_only=TOPICS, renewed=False)  # every entry changed: none left out to read against
+    pair.register(MASTER, read_only=("A",), channel=SECOND, renewed=False)  # a new connection
+    pair.register(MASTER, read_only=("B",), channel=SECOND, renewed=True)
+    pair.register(SLAVE, read_only=("A",), renewed=False)  # a slave's entries are never kept
+    pair.register(MASTER, read_only=("A",), filters=["10.0.0.1:1"], channel=SECOND, renewed=False)
+    pair.register(MASTER, read_only=("A", "B"), mappings=MAPPING, channel=SECOND, renewed=False)
+    pair.register(MASTER._replace(zone_name="z1"), read_only=("B",), channel=SECOND, renewed=False)
+    pair.register(MASTER._replace(zone_name="z1"), read_only=("C",), channel=SECOND, renewed=True)
+    pair.step(lambda side: side.routes.wipe_write_perm_of_broker("b1"))  # the table changed under the entries
+    pair.register(MASTER._replace(zone_name="z1"), read_only=("A",), channel=SECOND, renewed=False)
 
 
 def test_the_deleting_mode_never_renews():
@@ -197,7 +220,7 @@ def test_a_renewal_keeps_the_broker_alive_and_its_next_registration_reads_only_w
     live = routes.snapshot().broker_live_table[(MASTER.cluster_name, MASTER.broker_addr)]
     assert live.last_update_timestamp == pair.now and live.data_version.counter == pair.counter
     assert routes.topic_entries(MASTER) is not None  # the next body is again read against these entries
-    pair.register(MASTER, topics=("A", "B", "C", "D"), renewed=False)
+    pair.register(MASTER, topics=("A", "B", "C", "D"), renewed=True)  # a new topic: put as the full path puts it
     assert routes.pickup_topic_route("D") is not None
 
 
@@ -207,7 +230,8 @@ registrants = st.sampled_from([MASTER, SLAVE, RIVAL, OTHER, MASTER._replace(ha_s
                                SLAVE._replace(enable_acting_master=False)])
 registrations = st.tuples(st.just("register"), registrants, st.sampled_from([TOPICS, ("A", "B"), ("A", "D")]),
                           st.sampled_from([None, [], ["10.0.0.1:1"]]), st.sampled_from([FIRST, SECOND]),
-                          st.sampled_from([None, MAPPING]), st.integers(0, 1), st.booleans())
+                          st.sampled_from([None, MAPPING]), st.integers(0, 1), st.booleans(),
+                          st.sampled_from([(), (), ("A",), ("B",), ("A", "D")]))
 others = st.one_of(
     st.tuples(st.just("delete_topic"), st.sampled_from(TOPICS + ("D",))),
     st.tuples(st.just("wipe"), st.sampled_from(["b1", "b2"])),
@@ -233,8 +257,9 @@ def other(side: Side, op: tuple) -> Any:
     return routes.scan_not_active_brokers()
 
 
-#: The last registration again with a new DataVersion (most of them renewals).
-again = st.tuples(st.just("again"))
+#: The last registration again with a new DataVersion (most of them renewals), perhaps with other
+#: topics read-only (a renewal that puts the entries that changed).
+again = st.tuples(st.just("again"), st.sampled_from([None, (), ("B",), ("C", "D")]))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -247,11 +272,12 @@ def test_any_sequence_renews_as_the_full_registration_registers(ops, deleting):
         if op[0] == "again":
             if last is None:
                 continue
-            op = last[:-1] + (True,)
+            op = last[:-2] + (True, last[-1] if op[1] is None else op[1])
         if op[0] == "register":
             last = op
-            _, registrant, topics, filters, channel, mappings, state_version, new_version = op
-            pair.register(registrant, topics, filters, channel, mappings, state_version, new_version)
+            _, registrant, topics, filters, channel, mappings, state_version, new_version, read_only = op
+            pair.register(registrant, topics, filters, channel, mappings, state_version, new_version,
+                          read_only=read_only)
         else:
             if op[0] == "expire":
                 pair.now += op[1]

@@ -256,12 +256,17 @@ class RouteInfoManager:
                         broker_name, broker_id, broker_addr, list(topics))
             return None
         self._check_room_locked(key, broker_name, topics)
-        if omitted and not topics and self._renews_only_locked(previous, registrant, group, decoded, key,
-                                                               filter_server_list, channel):
-            # Steps 1-10, 12 and 13 would leave every table as it is: step 11 is the live entry renewed.
-            # After the room check (its refusal comes first either way); before `_cause`, which only
-            # notes a cause for the changes a write reports: this one reports none, and every write
-            # that does names its own cause first. (`refreshed` may stay: its epoch is before this write.)
+        if omitted and self._renews_only_locked(previous, registrant, group, decoded, key, filter_server_list,
+                                                channel):
+            # Steps 1-9, 12 and 13 would leave every table as it is: step 10 puts the entries that
+            # changed, as it would, and step 11 is the live entry renewed. After the room check (its
+            # refusal comes first either way). `_cause` only notes a cause for the changes a write
+            # reports: a renewal of unchanged entries reports none, and every write that does names
+            # its own cause first. (`refreshed` may stay: its epoch is before this write.)
+            if topics:
+                self._cause(events.REGISTERED, cluster_name, broker_addr, broker_name, broker_id, channel)
+                self._apply_topic_configs(broker_name, topics, len(topics) + omitted, {}, False, True, False)
+                previous.queue_changes_seen = self._queues.changes_of(broker_name)
             previous.last_update_timestamp = self._clock()
             previous.data_version = decoded.data_version
             previous.registration = registration
@@ -334,20 +339,21 @@ class RouteInfoManager:
     def _renews_only_locked(self, live: BrokerLiveInfo, registrant: Registrant, group: BrokerData | None,
                             table: TopicQueueTable, key: LiveKey, filter_servers: list[str] | None,
                             channel: Channel | None) -> bool:
-        """Would registering `table`, whose every entry was left out as unchanged against `live`'s
-        (`_holds_entries_locked`), change nothing but `live`'s time, DataVersion, registration and
-        topic entries? `live` (at `key`) holds a master's registration of the same id (only a
-        master's entries are kept), so step 10 puts nothing.
+        """Would registering `table`, whose entries were read against `live`'s
+        (`_holds_entries_locked`: those left out are unchanged), change nothing but the entries it
+        lists (step 10) and `live`'s time, DataVersion, registration, entries and count of its
+        group's queue changes? `live` (at `key`) holds a master's registration of the same id (only
+        a master's entries are kept), so step 10 puts exactly the entries listed.
 
-        Such a registration (the DataVersion moved, no topic entry did) changes no route, yet every
-        step would check and rewrite its table; the reactor answers it, so the steps are skipped
-        when, and only when, each would leave its table alone: the same registrant (step 11's HA
-        address and timeout), its group as its registration left it (steps 1-8: no address moves,
-        so no lower broker id either), no static-topic mappings (step 10 would store them again and
-        report their routes changed), a new DataVersion (with the same one step 11 keeps no
-        entries), the same filter servers (step 12) and the same connection object: `LiveTable.set`
-        moves a broker whose channel is another object to the end of the live table (the expiry
-        scan's order)."""
+        Such a registration (the DataVersion moved, and with it no topic entry or a few: a broker's
+        periodic registration, or one whose topic changed) changes no group, yet every other step
+        would check and rewrite its table; so those steps are skipped when, and only when, each
+        would leave its table alone: the same registrant (step 11's HA address and timeout), its
+        group as its registration left it (steps 1-8: no address moves, so no lower broker id
+        either), no static-topic mappings (step 10 would store them again and report their routes
+        changed), a new DataVersion (with the same one step 11 keeps no entries), the same filter
+        servers (step 12) and the same connection object: `LiveTable.set` moves a broker whose
+        channel is another object to the end of the live table (the expiry scan's order)."""
         return (not table.topic_queue_mapping_info_map and live.registration[0] == registrant
                 and live.channel is channel and live.data_version != table.data_version
                 and self._group_as_registered(group, registrant) and self._filters_hold(key, filter_servers))
