@@ -42,6 +42,7 @@ _SUCCESS = int(ResponseCode.SUCCESS)
 SHAPES = 4096
 SHAPE_BYTES = 8 * 1024 * 1024
 _CRC_FIELD = b'"bodyCrc32":"'
+_OPAQUE_KEY = b'"opaque":'
 _new_tuple = tuple.__new__
 
 
@@ -84,7 +85,7 @@ class InlineAnswers:
         self.tally = RequestTally()
         self.route_queries = RouteQueryFastPath(ctx)
         self.writes = WriteFastPath(processor, self.tally, applies=registrations)
-        self.seen: SeenHeaders[Inline] = SeenHeaders(HeaderReader())
+        self.seen = seen_headers()
         #: Route queries answered since the last count (a chunk's are counted at once).
         self._routes_answered = 0
         #: Kept: counting a chunk of cached route answers must cost no more than the clock reading.
@@ -103,7 +104,9 @@ class InlineAnswers:
         """
         keys, opaques = fastpath.json_opaque_keys(frames)
         known = self.seen.json.table.get
-        first = known(keys[0])
+        first = known(keys[0], self)
+        if first is self:  # not seen: a registration of a new DataVersion is rebound from its key
+            first = None if keys[0] is None else self.seen.rebound(keys[0])
         if type(first) is PreparedWrite:
             if len(keys) == 1:  # a broker's write, alone in its chunk: no route path, no loop
                 reply = self.writes.answer(frames[0], opaques[0], first.request, channel, arrived)
@@ -131,7 +134,9 @@ class InlineAnswers:
         for index, frame in enumerate(frames):
             if bodies is not None and bodies[index] is not None:
                 continue  # answered above
-            what = known(keys[index])
+            what = known(keys[index], self)
+            if what is self:
+                what = None if keys[index] is None else self.seen.rebound(keys[index])
             if type(what) is PreparedWrite:
                 reply = self.writes.answer(frame, opaques[index], what.request, channel, arrived)
             else:
@@ -175,8 +180,9 @@ class InlineAnswers:
 
 
 class HeaderReader:
-    """`read_header`, except that a JSON registration header differing from one read before in its
-    bodyCrc32 value only (the broker's next DataVersion) is rebound, not parsed. Reactor thread only."""
+    """`read_header` (`SeenHeaders`' parse), learning the shape of each JSON registration header it
+    parses; `rebound(key)` reads one differing from a learned one in its bodyCrc32 value only (the
+    broker's next DataVersion) from its key (`SeenHeaders`' rebind). Reactor thread only."""
 
     def __init__(self) -> None:
         #: JSON registration headers by `fastpath.body_crc_key` key, each the first one parsed.
@@ -184,16 +190,28 @@ class HeaderReader:
 
     def __call__(self, serialize_field: int, header: bytes,
                  json_split: tuple[bytes, int] | None) -> tuple[int, Inline] | None:
-        shape = None if json_split is None else fastpath.body_crc_key(json_split[0])
-        if shape is not None:
-            known = self.shapes.table.get(shape[0])
-            if known is not None:
-                return json_split[1], known.with_crc(shape[1])
         read = read_header(serialize_field, header)
+        shape = None if json_split is None else fastpath.body_crc_key(json_split[0])
+        # Learned only where `SeenHeaders` remembers the parse too (one `"opaque":`, read as the key
+        # says), so whatever is rebound from a shape may be remembered: a header's count of
+        # `"opaque":` is its shape key's (digits are neither in that word nor can join into it).
         if (shape is not None and read is not None and read[0] == json_split[1]
-                and _rebinds(header, shape[1], read[1])):
+                and header.count(_OPAQUE_KEY) == 1 and _rebinds(header, shape[1], read[1])):
             self.shapes.remember(shape[0], read[1], 2 * len(shape[0]))
         return read
+
+    def rebound(self, key: bytes) -> PreparedWrite | None:
+        """The registration whose JSON header has `json_opaque_key` key `key`, when the key differs
+        from a learned shape's in its bodyCrc32 digits only; else None."""
+        shape = fastpath.body_crc_key(key)
+        known = None if shape is None else self.shapes.table.get(shape[0])
+        return None if known is None else known.with_crc(shape[1])
+
+
+def seen_headers() -> SeenHeaders[Inline]:
+    """The reactor's memo of headers read: parsed by `HeaderReader`, rebound by it when it can."""
+    reader = HeaderReader()
+    return SeenHeaders(reader, rebind=reader.rebound)
 
 
 def _rebinds(header: bytes, crc: int, what: Inline) -> bool:
