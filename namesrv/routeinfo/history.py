@@ -133,9 +133,9 @@ class RouteEvent:
                 [[list(map(index, topics)), present] for topics, present, _ in self.parts or ()] if in_ring else None]
 
 
-def is_loss(kind: str, present: bool) -> bool:
-    """Does a report of this kind lose the topics their route or their write permission?"""
-    return not present or kind in REMOVALS or kind == WRITE_PERM_WIPED
+#: Kinds whose every report loses the topics their route or their write permission (any report that
+#: leaves a topic without the entry does too).
+LOSS_KINDS = REMOVALS | {WRITE_PERM_WIPED}
 
 
 def part_bytes(topics: tuple[str, ...], present: bool) -> int:
@@ -221,7 +221,9 @@ class RouteHistory:
             return
         try:
             with self._lock:
-                self._changed(topics)
+                event = self._current or self._event()
+                if topics:
+                    self._report(event, topics)
         except Exception:  # noqa: BLE001 - called inside the route table's writes: never raise into them
             self._failed()
 
@@ -232,28 +234,25 @@ class RouteHistory:
 
     # ------------------------------------------------------------------ internals (self._lock held)
 
-    def _changed(self, topics: Collection[str]) -> None:
-        event = self._current or self._event()
-        if not topics:
-            return
+    def _report(self, event: RouteEvent, topics: Collection[str]) -> None:
+        """`event`'s write changed `topics` (some)."""
         reported = tuple(map(sys.intern, topics))  # the table's own strings, not the request's copies
         kind = event.kind
         entries = self._by_topic.get(reported[0])
-        if kind in GROUP_KINDS:
-            present = entries is not None and event.broker_name in entries
-        else:
-            present = entries is not None
+        present = entries is not None and (kind not in GROUP_KINDS or event.broker_name in entries)
         event.topics += len(reported)
-        if is_loss(kind, present):
+        if not present or kind in LOSS_KINDS:
             self._lose(event, reported, present)
         kept = reported
-        while len(kept) > 1 and part_bytes(kept, present) > self.max_bytes // 2:
+        charged = part_bytes(kept, present)
+        while len(kept) > 1 and charged > self.max_bytes // 2:
             kept = kept[:len(kept) // 2]  # one write's report keeps at most half the budget; its losses keep the rest
-        if event.parts is not None:
             charged = part_bytes(kept, present)
+        if event.parts is not None:
             event.parts.append((kept, present, charged))
             self._ring_bytes += charged
-        self._fit()
+        if self._ring_bytes + self._loss_bytes > self.max_bytes:
+            self._fit()
 
     def _event(self) -> RouteEvent:
         """The pending cause made an event, at the ring's end."""
