@@ -265,7 +265,8 @@ class RouteInfoManager:
             # its own cause first. (`refreshed` may stay: its epoch is before this write.)
             if topics:
                 self._cause(events.REGISTERED, cluster_name, broker_addr, broker_name, broker_id, channel)
-                self._apply_topic_configs(broker_name, topics, len(topics) + omitted, {}, False, True, False)
+                self._apply_topic_configs(broker_name, topics, len(topics) + omitted, {}, register_first=False,
+                                          version_changed=True, wipe_write=False)
                 previous.queue_changes_seen = self._queues.changes_of(broker_name)
             previous.last_update_timestamp = self._clock()
             previous.data_version = decoded.data_version
