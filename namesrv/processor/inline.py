@@ -28,7 +28,7 @@ from namesrv.processor.write_fast_path import Processor, WriteFastPath
 from namesrv.processor.requests import BY_CODE
 from namesrv.processor.requests import Inline as RequestInline
 from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, route_query_of
-from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, JSON_FIELD, SeenHeaders
+from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, JSON_FIELD, SeenHeaders, single_opaque
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from namesrv.errors import ProtocolError
@@ -42,7 +42,6 @@ _SUCCESS = int(ResponseCode.SUCCESS)
 SHAPES = 4096
 SHAPE_BYTES = 8 * 1024 * 1024
 _CRC_FIELD = b'"bodyCrc32":"'
-_OPAQUE_KEY = b'"opaque":'
 _new_tuple = tuple.__new__
 
 
@@ -192,11 +191,11 @@ class HeaderReader:
                  json_split: tuple[bytes, int] | None) -> tuple[int, Inline] | None:
         read = read_header(serialize_field, header)
         shape = None if json_split is None else fastpath.body_crc_key(json_split[0])
-        # Learned only where `SeenHeaders` remembers the parse too (one `"opaque":`, read as the key
+        # Learned only where `SeenHeaders` remembers the parse too (`single_opaque`, read as the key
         # says), so whatever is rebound from a shape may be remembered: a header's count of
         # `"opaque":` is its shape key's (digits are neither in that word nor can join into it).
         if (shape is not None and read is not None and read[0] == json_split[1]
-                and header.count(_OPAQUE_KEY) == 1 and _rebinds(header, shape[1], read[1])):
+                and single_opaque(header) and _rebinds(header, shape[1], read[1])):
             self.shapes.remember(shape[0], read[1], 2 * len(shape[0]))
         return read
 

@@ -31,6 +31,13 @@ SEEN_HEADERS = 16384
 SEEN_HEADER_BYTES = 32 * 1024 * 1024
 
 
+def single_opaque(header: bytes) -> bool:
+    """Does the JSON `header` hold one `"opaque":` only, so that two headers with its
+    `json_opaque_key` key differ in their opaque alone? What `SeenHeaders` remembers, and so what
+    a reader may learn from a parse (namesrv.processor.inline.HeaderReader), is held to it."""
+    return header.count(_OPAQUE_KEY) == 1
+
+
 class SeenHeaders(Generic[T]):
     """`read(serialize_field, header)` -> (opaque, what the header says), or None if it cannot be read.
 
@@ -80,7 +87,7 @@ class SeenHeaders(Generic[T]):
                 return opaque, rebound
         parsed = self._parse(serialize_field, header, split)
         if (parsed is not None and parsed[0] == opaque
-                and (serialize_field != JSON_FIELD or header.count(_OPAQUE_KEY) == 1)):
+                and (serialize_field != JSON_FIELD or single_opaque(header))):
             # A registration's value holds the header's fields: charged twice the key.
             memo.remember(key, parsed[1], 2 * len(key))
         return parsed
