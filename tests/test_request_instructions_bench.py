@@ -28,7 +28,9 @@ def test_every_workload_is_answered_inline_by_the_replay(tmp_path, workload, chu
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed (apt-get install -y valgrind)")
 def test_the_bench_counts_instructions_against_another_checkout(capsys, tmp_path):
-    assert request_instructions.main(["--requests", "20", "--workloads", "register-same", "--against", str(ROOT),
+    # 40 requests, 32 of them counted: with 16 counted, two runs of the same checkout differed by up
+    # to 0.8 % on this machine and once by 1.04 % (a CI failure); with 32, by 0.2 % in four runs.
+    assert request_instructions.main(["--requests", "40", "--workloads", "register-same", "--against", str(ROOT),
                                       "--out", str(tmp_path / "run")]) == 0
     line = [row for row in capsys.readouterr().out.splitlines() if row.startswith("register-same")][0]
     first, second = (float(value.replace(",", "")) for value in line.split()[1:3])
