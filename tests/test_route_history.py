@@ -4,6 +4,7 @@ the explanation of every cause the issue names."""
 from __future__ import annotations
 
 import gc
+import random
 import tracemalloc
 import zlib
 
@@ -312,3 +313,65 @@ def test_worker_processes_restore_one_history_from_the_boot_copy(restartable, ra
     assert not (second.workdir / "routes.snapshot.history").exists()  # taken by the boot copy: read once
     second.stop()
     assert [path.name for path in second.workdir.glob("*.history*")] == ["routes.snapshot.history"]  # saved again
+
+
+# ---------------------------------------------------------------- the ring's records
+
+
+class _Peer:
+    remote_addr = "10.0.1.1:40000"
+
+
+def _recounted(history: h.RouteHistory) -> dict[str, object]:
+    """The history's accounting worked out afresh from what it holds."""
+    ring = list(history._ring)
+    seqs = [record[h.SEQ] for record in ring]
+    refs: dict[int, int] = {}
+    for head, _ in history._losses.values():
+        refs[head[h.SEQ]] = refs.get(head[h.SEQ], 0) + 1
+    forgotten = [seq for seq in refs if seq < history._kept_from]
+    return {"ordered": seqs == sorted(seqs) and all(seq >= history._kept_from for seq in seqs),
+            "ring": h.EVENT_BYTES * len(set(seqs)) + sum(record[h.CHARGED] for record in ring),
+            "losses": sum(h.LOSS_BYTES + h.NAME_BYTES + len(topic) for topic in history._losses)
+            + h.EVENT_BYTES * len(forgotten),
+            "refs": refs, "events": len(set(seqs)), "forgotten": sorted(forgotten)}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_rings_accounting_holds_under_random_writes_and_survives_its_encoding(seed) -> None:
+    """Reports of every kind, several a write or none, topics losing and regaining entries, budgets
+    from a few events to all of them: after each write what the history charges is what it holds, and
+    its encoding reads back to the same history."""
+    rnd = random.Random(seed)
+    topics = [f"T{i}-" + "x" * rnd.randint(0, 40) for i in range(60)]
+    by_topic: dict[str, dict[str, int]] = {}
+    history = h.RouteHistory(max_bytes=[3000, 8000, 20_000, 60_000, 1 << 22][seed % 5])
+    now = [1000]
+    history.bind(by_topic, lambda: now[0])
+    kinds = [h.REGISTERED, h.UNREGISTERED, h.EXPIRED, h.CHANNEL_CLOSED, h.TOPIC_DELETED, h.TOPIC_REGISTERED,
+             h.WRITE_PERM_WIPED, h.WRITE_PERM_ADDED]
+    for step in range(300):
+        now[0] += rnd.randint(0, 50)
+        group = f"g{rnd.randint(0, 3)}"
+        history.cause(rnd.choice(kinds), "C", "10.0.0.1:10911", group, 0, _Peer() if rnd.random() < 0.7 else None)
+        for _ in range(rnd.choice([0, 1, 1, 2, 3])):
+            chosen = rnd.sample(topics, rnd.choice([1, 2, 10, 40]))
+            for topic in chosen:
+                if rnd.random() < 0.5:
+                    by_topic.setdefault(topic, {})[group] = 1
+                else:
+                    by_topic.get(topic, {}).pop(group, None)
+            history.changed(chosen if rnd.random() < 0.9 else ())
+        counted = _recounted(history)
+        assert counted["ordered"] and counted["ring"] == history._ring_bytes, step
+        assert (counted["losses"], counted["refs"], counted["events"]) == (
+            history._loss_bytes, history._loss_refs, history._events), step
+        assert counted["forgotten"] == sorted(history._forgotten_topics), step
+        if step % 25 == 0:
+            copy = h.RouteHistory(max_bytes=history.max_bytes * 4)
+            copy.decode(history.encode())
+            copy.max_bytes = history.max_bytes
+            assert copy.encode() == history.encode() and copy.usage() == history.usage(), step
+            assert [(e.seq, e.topics, e.parts) for e in copy.stream()] == \
+                   [(e.seq, e.topics, e.parts) for e in history.stream()], step
+    assert history.failures == 0 and history.usage()["events"] > 0

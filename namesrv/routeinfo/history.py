@@ -15,14 +15,20 @@ With worker processes every write is applied in every worker in the write log's 
 log's clock, so every worker keeps the same history.
 
 What is kept, within `routeHistoryMaxBytes` (README: "Why has this topic no route?"):
-- the ring: the latest events, each with the topics it changed as it reported them (a tuple per
-  report: 8 bytes a topic, which costs the write a tuple copy, 7 ns a topic); the oldest go first;
+- the ring: the latest events, each with the topics it changed as it reported them (8 bytes a
+  topic, which costs the write a tuple copy); the oldest go first;
 - per topic, its last loss (its route or write permission lost: a broker's removal, an admin's
   deletion or wipe), kept after the ring forgot the event: a topic's share that other topics'
   churn cannot push out. Losses may take at most half the budget; past it the topics that lost
-  their route longest ago are forgotten first (a dict update, about 250 ns a topic, paid only by
-  losses).
+  their route longest ago are forgotten first (a dict update a topic, paid only by losses).
 Each answer says from when on what it holds is complete.
+
+The ring holds one flat tuple per report (`Record`: the event's fields, the report's, then its
+topics), not an object per event: a tuple of strings and numbers is untracked by the garbage
+collector once a collection has seen it, where an event object, its list of reports and their
+nested tuples stay tracked for as long as the ring holds them, so every collection walked tens of
+thousands of them while a fleet churned, and freeing the oldest one freed five objects. Readers
+get `RouteEvent` objects made from the records when they ask.
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ import logging
 import sys
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,9 +86,22 @@ FORMAT = 2
 MAX_NAME = 1024
 
 
+#: A report as the ring holds it: the event's fields (`HEAD` of them, `RouteEvent`'s first ten, in its
+#: order), then whether the report's topics kept their entry, what the budget charges for the report,
+#: how many topics it reported, and the topics kept (from `TOPICS` on). An event is its consecutive
+#: records of one `seq`; an event that changed no topic (a slave leaving) is one record of none.
+Record = tuple
+SEQ, AT, KIND, BROKER_NAME = 0, 1, 2, 4
+HEAD = 10
+PRESENT, CHARGED, REPORTED, TOPICS = 10, 11, 12, 13
+#: The event fields of a record: seq, at_ms, kind, cluster, broker_name, broker_id, broker_addr, peer,
+#: last_refresh_ms, timeout_ms.
+Head = tuple
+
+
 @dataclass(slots=True, eq=False)
 class RouteEvent:
-    """One write that changed routes."""
+    """One write that changed routes, as a reader sees it (made from the ring's records)."""
 
     seq: int
     at_ms: int
@@ -103,8 +122,13 @@ class RouteEvent:
     parts: list[tuple[tuple[str, ...], bool, int]] | None = field(default_factory=list)
     #: Topics whose route it changed.
     topics: int = 0
-    #: Topics whose last loss it is.
-    loss_refs: int = 0
+
+    @classmethod
+    def of(cls, records: list[Record]) -> RouteEvent:
+        """The event of its records in the ring."""
+        return cls(*records[0][:HEAD], parts=[(record[TOPICS:], record[PRESENT], record[CHARGED])
+                                              for record in records if len(record) > TOPICS],
+                   topics=sum(record[REPORTED] for record in records))
 
     def outcome(self, topic: str) -> bool | None:
         """Whether `topic` kept its entry after this event (None: the event did not change it)."""
@@ -127,10 +151,10 @@ class RouteEvent:
                 "peer": self.peer, "lastRefresh": self.last_refresh_ms, "timeoutMillis": self.timeout_ms,
                 "topics": self.topics, "sample": self.sample()}
 
-    def _row(self, index: Callable[[str], int], in_ring: bool) -> list[Any]:
+    def _row(self, index: Callable[[str], int]) -> list[Any]:
         return [self.seq, self.at_ms, self.kind, self.cluster, self.broker_name, self.broker_id, self.broker_addr,
                 self.peer, self.last_refresh_ms, self.timeout_ms, self.topics,
-                [[list(map(index, topics)), present] for topics, present, _ in self.parts or ()] if in_ring else None]
+                None if self.parts is None else [[list(map(index, topics)), present] for topics, present, _ in self.parts]]
 
 
 #: Kinds whose every report loses the topics their route or their write permission (any report that
@@ -170,12 +194,18 @@ class RouteHistory:
         self._clock = clock
         self._by_topic: Mapping[str, Mapping[str, object]] = {}
         self._lock = threading.Lock()
-        #: The write under way: `cause`'s arguments, and its event once made.
+        #: The write under way: `cause`'s arguments, and its event's fields once it has a record.
         self._pending: tuple | None = None
-        self._current: RouteEvent | None = None
-        self._ring: deque[RouteEvent] = deque()
-        #: topic -> (its last loss, whether it kept the entry), the oldest loss first.
-        self._losses: OrderedDict[str, tuple[RouteEvent, bool]] = OrderedDict()
+        self._head: Head | None = None
+        self._ring: deque[Record] = deque()
+        #: Events in the ring, and the lowest `seq` it may still hold (every lower one it forgot).
+        self._events = 0
+        self._kept_from = 1
+        #: topic -> (its last loss's event fields, whether it kept the entry), the oldest loss first.
+        self._losses: OrderedDict[str, tuple[Head, bool]] = OrderedDict()
+        #: seq -> topics whose last loss that event is; and, once the ring forgot it, how many topics it changed.
+        self._loss_refs: dict[int, int] = {}
+        self._forgotten_topics: dict[int, int] = {}
         self._seq = 0
         self._ring_bytes = 0
         self._loss_bytes = 0
@@ -205,11 +235,11 @@ class RouteHistory:
         its arguments). A broker's removal is news even when it changes no topic (a slave leaving):
         its event is made at once; any other only once a route changed."""
         self._pending = (kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer)
-        self._current = None
+        self._head = None
         if kind in REMOVALS:
             try:
                 with self._lock:
-                    self._event()
+                    self._record(self._event(), ())
             except Exception:  # noqa: BLE001 - called inside the route table's writes: never raise into them
                 self._failed()
 
@@ -221,9 +251,11 @@ class RouteHistory:
             return
         try:
             with self._lock:
-                event = self._current or self._event()
-                if topics:
-                    self._report(event, topics)
+                head = self._head
+                if head is None:
+                    self._record(self._event(), topics)
+                elif topics:
+                    self._record(head, topics)
         except Exception:  # noqa: BLE001 - called inside the route table's writes: never raise into them
             self._failed()
 
@@ -234,44 +266,50 @@ class RouteHistory:
 
     # ------------------------------------------------------------------ internals (self._lock held)
 
-    def _report(self, event: RouteEvent, topics: Collection[str]) -> None:
-        """`event`'s write changed `topics` (some)."""
-        reported = tuple(map(sys.intern, topics))  # the table's own strings, not the request's copies
-        kind = event.kind
-        entries = self._by_topic.get(reported[0])
-        present = entries is not None and (kind not in GROUP_KINDS or event.broker_name in entries)
-        event.topics += len(reported)
-        if not present or kind in LOSS_KINDS:
-            self._lose(event, reported, present)
-        kept = reported
-        charged = part_bytes(kept, present)
-        while len(kept) > 1 and charged > self.max_bytes // 2:
-            kept = kept[:len(kept) // 2]  # one write's report keeps at most half the budget; its losses keep the rest
-            charged = part_bytes(kept, present)
-        if event.parts is not None:
-            event.parts.append((kept, present, charged))
-            self._ring_bytes += charged
-        if self._ring_bytes + self._loss_bytes > self.max_bytes:
-            self._fit()
-
-    def _event(self) -> RouteEvent:
-        """The pending cause made an event, at the ring's end."""
+    def _event(self) -> Head:
+        """The pending cause's event fields, under the next number."""
         kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer = self._pending
         if peer is None:
             via = channel if channel is not None else None if live is None else live.channel
             peer = None if via is None else via.remote_addr or str(via)
         self._seq += 1
-        event = self._current = RouteEvent(
-            self._seq, self._clock() if self._clock is not None else 0, kind, cluster, broker_name, broker_id,
-            broker_addr, peer, None if live is None else live.last_update_timestamp,
-            None if live is None else live.heartbeat_timeout_millis)
-        self._ring.append(event)
-        self._ring_bytes += EVENT_BYTES
-        return event
+        return (self._seq, self._clock() if self._clock is not None else 0, kind, cluster, broker_name, broker_id,
+                broker_addr, peer, None if live is None else live.last_update_timestamp,
+                None if live is None else live.heartbeat_timeout_millis)
 
-    def _lose(self, event: RouteEvent, topics: tuple[str, ...], present: bool) -> None:
+    def _record(self, head: Head, topics: Collection[str]) -> None:
+        """A record of `head`'s event at the ring's end: `topics` reported (some), or none (the
+        event's first record). The first record of an event charges the event; a report fits the budget."""
+        if topics:
+            reported = tuple(map(sys.intern, topics))  # the table's own strings, not the request's copies
+            kind = head[KIND]
+            entries = self._by_topic.get(reported[0])
+            present = entries is not None and (kind not in GROUP_KINDS or head[BROKER_NAME] in entries)
+            if not present or kind in LOSS_KINDS:
+                self._lose(head, reported, present)
+            kept = reported
+            charged = part_bytes(kept, present)
+            while len(kept) > 1 and charged > self.max_bytes // 2:
+                kept = kept[:len(kept) // 2]  # one write's report keeps at most half the budget; its losses keep the rest
+                charged = part_bytes(kept, present)
+            self._ring.append((*head, present, charged, len(reported), *kept))
+        else:
+            charged = 0
+            self._ring.append((*head, True, 0, 0))
+        if self._head is not head:  # its first record
+            self._head = head
+            self._events += 1
+            charged += EVENT_BYTES
+        self._ring_bytes += charged
+        if topics and self._ring_bytes + self._loss_bytes > self.max_bytes:
+            self._fit()  # (an event alone is fitted with its first report, or with the next write's)
+
+    def _lose(self, head: Head, topics: tuple[str, ...], present: bool) -> None:
         losses = self._losses
-        pair = (event, present)
+        refs = self._loss_refs
+        seq = head[SEQ]
+        refs[seq] = refs.get(seq, 0) + len(topics)
+        pair = (head, present)
         added = 0
         for topic in topics:
             old = losses.pop(topic, None)
@@ -279,34 +317,58 @@ class RouteHistory:
             if old is None:
                 added += LOSS_BYTES + NAME_BYTES + len(topic)
             else:
-                self._unref(old[0])
-        event.loss_refs += len(topics)
+                self._unref(old[0][SEQ])
         self._loss_bytes += added
 
-    def _unref(self, event: RouteEvent) -> None:
-        event.loss_refs -= 1
-        if event.loss_refs == 0 and event.parts is None:  # out of the ring: held for its losses only
+    def _unref(self, seq: int) -> None:
+        left = self._loss_refs[seq] - 1
+        if left:
+            self._loss_refs[seq] = left
+            return
+        del self._loss_refs[seq]
+        if seq < self._kept_from:  # out of the ring: held for its losses only
+            self._forgotten_topics.pop(seq, None)
             self._loss_bytes -= EVENT_BYTES
 
     def _fit(self) -> None:
         """Forget until the budget holds: losses while they take more than half of it, else the ring's oldest."""
-        while self._ring_bytes + self._loss_bytes > self.max_bytes:
-            only_current = not self._ring or self._ring[0] is self._current
-            if self._loss_bytes > self.max_bytes // 2 or only_current:
+        ring = self._ring
+        limit = self.max_bytes
+        while self._ring_bytes + self._loss_bytes > limit:
+            head = self._head
+            if self._loss_bytes > limit // 2 or not ring or head is not None and ring[0][SEQ] == head[SEQ]:
                 if not self._losses:
                     return  # the write under way alone: forgotten from the next one on
-                topic, (event, _) = self._losses.popitem(last=False)
+                topic, (head, _) = self._losses.popitem(last=False)
                 self._loss_bytes -= LOSS_BYTES + NAME_BYTES + len(topic)
-                self._unref(event)
+                self._unref(head[SEQ])
                 self.forgotten_losses += 1
-                self.losses_since_ms = max(self.losses_since_ms, event.at_ms)
+                self.losses_since_ms = max(self.losses_since_ms, head[AT])
                 continue
-            event = self._ring.popleft()
-            self._ring_bytes -= EVENT_BYTES + sum(charged for _, _, charged in event.parts)
-            event.parts = None
-            if event.loss_refs:
+            record = ring.popleft()
+            seq = record[SEQ]
+            charged, topics = EVENT_BYTES + record[CHARGED], record[REPORTED]
+            while ring and ring[0][SEQ] == seq:  # the event's other reports
+                more = ring.popleft()
+                charged += more[CHARGED]
+                topics += more[REPORTED]
+            self._ring_bytes -= charged
+            self._events -= 1
+            self._kept_from = seq + 1
+            if seq in self._loss_refs:
+                self._forgotten_topics[seq] = topics
                 self._loss_bytes += EVENT_BYTES
-            self.events_since_ms = max(self.events_since_ms, event.at_ms)
+            if record[AT] > self.events_since_ms:
+                self.events_since_ms = record[AT]
+
+    def _loss_event(self, head: Head) -> RouteEvent:
+        """The event of a topic's last loss: from the ring while it holds it, else its fields alone."""
+        seq = head[SEQ]
+        if seq >= self._kept_from:
+            for records in _events_of(reversed(self._ring)):
+                if records[0][SEQ] == seq:
+                    return RouteEvent.of(records[::-1])
+        return RouteEvent(*head, parts=None, topics=self._forgotten_topics.get(seq, 0))
 
     # ------------------------------------------------------------------ readers (any thread)
 
@@ -314,35 +376,42 @@ class RouteHistory:
         with self._lock:
             found: list[tuple[RouteEvent, bool]] = []
             more = False
-            for event in reversed(self._ring):
-                present = event.outcome(topic)
+            for records in _events_of(reversed(self._ring)):  # newest first, each event's records too
+                present = next((record[PRESENT] for record in records if topic in record[TOPICS:]), None)
                 if present is not None:
                     if len(found) == TOPIC_EVENTS:
                         more = True
                         break
-                    found.append((event, present))
+                    found.append((RouteEvent.of(records[::-1]), present))
             loss = self._losses.get(topic)
-            if loss is not None and all(event is not loss[0] for event, _ in found):  # the ring forgot it
-                found.append(loss)
+            if loss is not None and all(event.seq != loss[0][SEQ] for event, _ in found):  # the ring forgot it
+                found.append((self._loss_event(loss[0]), loss[1]))
             found.sort(key=lambda entry: entry[0].seq)
             return TopicHistory(topic, found, more, self.events_since_ms, self.forgotten_losses,
                                 self.losses_since_ms, self.started_ms)
 
     def stream(self, after_seq: int = 0, limit: int | None = None) -> list[RouteEvent]:
-        """The ring's events after `after_seq`, oldest first (the last `limit` of them)."""
+        """The ring's events after `after_seq`, oldest first (the last `limit` of them). Their records
+        are taken under the lock, the events made after it (the route table's writes wait for it)."""
+        taken: list[Record] = []
         with self._lock:
-            events = []
-            for event in reversed(self._ring):
-                if event.seq <= after_seq or (limit is not None and len(events) == limit):
+            events = 0
+            for record in reversed(self._ring):
+                seq = record[SEQ]
+                if seq <= after_seq:
                     break
-                events.append(event)
-        events.reverse()
-        return events
+                if not taken or taken[-1][SEQ] != seq:
+                    if events == limit:
+                        break
+                    events += 1
+                taken.append(record)
+        taken.reverse()
+        return [RouteEvent.of(records) for records in _events_of(taken)]
 
     def usage(self) -> dict[str, int]:
         with self._lock:
             return {"bytes": self._ring_bytes + self._loss_bytes, "maxBytes": self.max_bytes,
-                    "events": len(self._ring), "lossBytes": self._loss_bytes, "losses": len(self._losses),
+                    "events": self._events, "lossBytes": self._loss_bytes, "losses": len(self._losses),
                     "eventsSince": self.events_since_ms, "forgottenLosses": self.forgotten_losses,
                     "lossesSince": self.losses_since_ms, "startedAt": self.started_ms, "lastSeq": self._seq}
 
@@ -352,15 +421,14 @@ class RouteHistory:
         """Everything, as msgpack (`decode` reads it back): a header, each topic name once, each event
         (those out of the ring without their topics), each topic's last loss."""
         with self._lock:
-            ring = list(self._ring)
-            in_ring = {event.seq for event in ring}
-            held = {event.seq: event for event in ring}
-            for event, _ in self._losses.values():
-                held.setdefault(event.seq, event)
+            held = {records[0][SEQ]: RouteEvent.of(records) for records in _events_of(self._ring)}
+            for head, _ in self._losses.values():
+                if head[SEQ] not in held:
+                    held[head[SEQ]] = self._loss_event(head)
             names: dict[str, int] = {}
             index = lambda name: names.setdefault(name, len(names))  # noqa: E731
-            rows = [held[seq]._row(index, seq in in_ring) for seq in sorted(held)]
-            losses = [[index(topic), event.seq, present] for topic, (event, present) in self._losses.items()]
+            rows = [held[seq]._row(index) for seq in sorted(held)]
+            losses = [[index(topic), head[SEQ], present] for topic, (head, present) in self._losses.items()]
             header = [FORMAT, self._seq, self.started_ms, self.events_since_ms, self.losses_since_ms,
                       self.forgotten_losses, len(names), len(held), len(losses)]
         return b"".join(msgpack.packb(row) for row in (header, *names, *rows, *losses))
@@ -393,46 +461,79 @@ class RouteHistory:
                 interned = sys.intern(name)
                 charge(8 + (NAME_BYTES + len(name) if interned is name else 0))  # new, or the table's own
                 names.append(interned)
-            ring: list[RouteEvent] = []
-            events: dict[int, RouteEvent] = {}
+            ring: list[Record] = []
+            heads: dict[int, Head] = {}
+            last = 0
+            topic_counts: dict[int, int] = {}
             for _ in range(event_count):
-                number, at, kind, *fields, topics, parts_count = reader.row(12, last_is_array=True)
+                *fields, topics, parts_count = reader.row(12, last_is_array=True)
+                number, at, kind = fields[:3]
                 if not (isinstance(number, int) and isinstance(at, int) and isinstance(kind, str)):
                     raise ValueError("an event without its number, time or kind")
-                event = events[number] = RouteEvent(number, at, kind, *fields, topics=reader.count(topics))
+                if number <= last:
+                    raise ValueError("events out of order")
+                last = number
+                head = heads[number] = tuple(fields)
+                topic_counts[number] = reader.count(topics)
                 charge(EVENT_BYTES)
                 if parts_count is None:
-                    event.parts = None
+                    if ring:
+                        raise ValueError("an event forgotten after one the ring holds")
                     continue
-                ring.append(event)
+                records = []
                 for _ in range(parts_count):
                     reader.header(2)
                     reported = tuple(names[reader.index(name_count)] for _ in range(reader.header()))
                     present = reader.boolean()
-                    event.parts.append((reported, present, part_bytes(reported, present)))
+                    records.append((*head, present, part_bytes(reported, present), len(reported), *reported))
                     charge(PART_BYTES + 8 * len(reported))
-            losses: OrderedDict[str, tuple[RouteEvent, bool]] = OrderedDict()
+                if not records:
+                    records.append((*head, True, 0, 0))
+                first = records[0]  # the reports' count as saved (a report may have kept part of its topics)
+                records[0] = (*first[:REPORTED], max(0, topic_counts[number] - sum(r[REPORTED] for r in records[1:])),
+                              *first[TOPICS:])
+                ring.extend(records)
+            losses: OrderedDict[str, tuple[Head, bool]] = OrderedDict()
             for _ in range(loss_count):
                 topic, number, present = reader.row(3)
-                losses[names[reader.index(name_count, topic)]] = (events[number], bool(present))
+                losses[names[reader.index(name_count, topic)]] = (heads[number], bool(present))
                 charge(LOSS_BYTES)
         except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
             raise ValueError(f"not a route history: {type(exc).__name__}: {exc}") from None
         with self._lock:
             self._ring, self._losses = deque(ring), losses
+            self._head = None
             self._seq, self.started_ms = int(seq), int(started)
             self.events_since_ms, self.losses_since_ms = int(events_since), int(losses_since)
             self.forgotten_losses = int(forgotten)
-            for event, _ in losses.values():
-                event.loss_refs += 1
-            self._ring_bytes = sum(EVENT_BYTES + sum(c for _, _, c in event.parts) for event in ring)
-            self._loss_bytes = sum(LOSS_BYTES + NAME_BYTES + len(topic) for topic in losses) + EVENT_BYTES * sum(
-                1 for event in events.values() if event.parts is None and event.loss_refs)
+            self._kept_from = ring[0][SEQ] if ring else max(heads, default=0) + 1
+            refs = self._loss_refs = {}
+            for head, _ in losses.values():
+                refs[head[SEQ]] = refs.get(head[SEQ], 0) + 1
+            self._forgotten_topics = {number: topic_counts[number] for number in refs if number < self._kept_from}
+            self._events = len({record[SEQ] for record in ring})
+            self._ring_bytes = EVENT_BYTES * self._events + sum(record[CHARGED] for record in ring)
+            self._loss_bytes = sum(LOSS_BYTES + NAME_BYTES + len(topic) for topic in losses) + \
+                EVENT_BYTES * len(self._forgotten_topics)
             if restarted_at_ms is not None:
                 self._seq += 1
-                self._ring.append(RouteEvent(self._seq, restarted_at_ms, RESTARTED, last_refresh_ms=saved_at_ms))
+                self._ring.append((self._seq, restarted_at_ms, RESTARTED, None, None, None, None, None, saved_at_ms,
+                                   None, True, 0, 0))
+                self._events += 1
                 self._ring_bytes += EVENT_BYTES
             self._fit()
+
+
+def _events_of(records: Iterable[Record]) -> Iterator[list[Record]]:
+    """Consecutive records of one event, as lists, in the order given."""
+    group: list[Record] = []
+    for record in records:
+        if group and group[0][SEQ] != record[SEQ]:
+            yield group
+            group = []
+        group.append(record)
+    if group:
+        yield group
 
 
 class _Reader:
