@@ -130,13 +130,6 @@ class RouteEvent:
                                               for record in records if len(record) > TOPICS],
                    topics=sum(record[REPORTED] for record in records))
 
-    def outcome(self, topic: str) -> bool | None:
-        """Whether `topic` kept its entry after this event (None: the event did not change it)."""
-        for topics, present, _ in reversed(self.parts or ()):
-            if topic in topics:
-                return present
-        return None
-
     def sample(self, count: int = 5) -> list[str]:
         names: list[str] = []
         for topics, _, _ in self.parts or ():
@@ -377,6 +370,7 @@ class RouteHistory:
             found: list[tuple[RouteEvent, bool]] = []
             more = False
             for records in _events_of(reversed(self._ring)):  # newest first, each event's records too
+                # whether the topic kept its entry after the event: its newest report naming it says
                 present = next((record[PRESENT] for record in records if topic in record[TOPICS:]), None)
                 if present is not None:
                     if len(found) == TOPIC_EVENTS:
