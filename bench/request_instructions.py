@@ -16,6 +16,10 @@ is frozen out of the collector's walks first, as the server does, and a run of a
 requests is subtracted, so only the requests are counted. The checkout given with --against needs
 its extension built (`python setup.py build_ext --inplace` in it).
 
+With --timed the same replay also runs natively, three times, and the fastest gives microseconds a
+request and instructions a microsecond: how fast this machine runs this code. The instructions carry
+between machines unchanged; that speed is what moves the rates (README: Figures across machines).
+
 With --server the whole server process is counted instead (`python -m namesrv` of each checkout
 under callgrind: the reactor, the executors and libzmq's I/O threads, user space only): the frames
 travel over real TCP on 127.0.0.1, --chunk at a time on each of --connections connections, every
@@ -82,6 +86,7 @@ for frame in setup:  # what the reactor leaves to the executors (a route not cac
     replies, commands = inline.answer_all([frame], channel, *arrival)
     for command in commands:
         processor.process(command, channel)
+started = time.perf_counter()
 if chunk == 1:  # the loop every count before --chunk was measured with
     for frame in frames[:count]:
         if len(inline.answer_all([frame], channel, *arrival)[0]) != 1:
@@ -90,6 +95,7 @@ for at in range(0, count if chunk > 1 else 0, chunk):
     sent = frames[at:min(at + chunk, count)]
     if len(inline.answer_all(sent, channel, *arrival)[0]) != len(sent):
         raise SystemExit("a frame was not answered inline")
+print(time.perf_counter() - started)  # the requests' wall time (--timed runs this child without callgrind)
 """
 
 
@@ -134,6 +140,23 @@ def instructions(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> i
         if "Collected :" in line:
             return int(line.rsplit(":", 1)[1])
     raise RuntimeError(f"no instruction count from callgrind: {result.stderr[-2000:]}")
+
+
+def replay_seconds(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> float:
+    """Wall time of the child of `tree` replaying `count` frames natively (no callgrind), set-up excluded."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    result = subprocess.run([sys.executable, "-c", _REPLAY, str(frames_file), str(count), str(chunk)], cwd=tree,
+                            env=env, capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        raise RuntimeError(f"replay in {tree} failed: {result.stderr[-2000:]}")
+    return float(result.stdout.split()[-1])
+
+
+def timed_per_request(tree: Path, frames_file: Path, count: int, chunk: int = 1, runs: int = 3) -> float:
+    """Microseconds a request of the replay on this machine, the fastest of `runs` native runs: with the
+    instructions per request, how fast this machine runs this code (instructions a microsecond), the
+    figure that says why a rate measured elsewhere moved."""
+    return min(replay_seconds(tree, frames_file, count, chunk) for _ in range(runs)) / count * 1e6
 
 
 def per_request(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> float:
@@ -211,8 +234,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="count the whole server process over TCP (see above), not the inline replay")
     parser.add_argument("--connections", type=int, default=4, choices=range(1, 65), metavar="N",
                         help="with --server: connections the requests are spread over, 1..64 (default: 4)")
+    parser.add_argument("--timed", action="store_true",
+                        help="also time each replay natively (the fastest of 3 runs): microseconds and instructions "
+                             "per microsecond a request, this machine's speed for this code")
     cli.add_out(parser)
     args = parser.parse_args(argv)
+    if args.timed and args.server:
+        parser.error("--timed times the inline replay; with --server use `python -m bench throughput` (CPU µs a request)")
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed (Debian: apt-get install -y valgrind)")
     trees = [_ROOT] + ([args.against.resolve()] if args.against else [])
@@ -225,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             + (f", {args.chunk} frames a call" if args.chunk > 1 else "") + "); " + ", ".join(str(tree) for tree in trees))
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.workloads.split(","):
-            traffic = {}  # --server: the bytes each way per request
+            traffic, timing = {}, {}  # --server: the bytes each way per request; --timed: µs a request
             if args.server:
                 measured = [server_per_request(tree, name, args.requests, args.chunk, args.connections)
                             for tree in trees]
@@ -235,11 +263,16 @@ def main(argv: list[str] | None = None) -> int:
                 frames_file = Path(scratch) / f"{name}.pickle"
                 frames_file.write_bytes(pickle.dumps(workload_frames(name, args.requests)))
                 counts = [per_request(tree, frames_file, args.requests, args.chunk) for tree in trees]
+                if args.timed:
+                    micros = [timed_per_request(tree, frames_file, args.requests, args.chunk) for tree in trees]
+                    timing = {"micros": micros[0], **({"against_micros": micros[1]} if len(micros) == 2 else {})}
             ratio = f"  ratio {counts[0] / counts[1]:.3f}" if len(counts) == 2 else ""
             bytes_each_way = (f"  (bytes a request: {traffic['bytes_in']:,.0f} in, {traffic['bytes_out']:,.0f} out)"
                               if traffic else "")
-            say(f"{name:14s} " + "  ".join(f"{count:10,.0f}" for count in counts) + ratio + bytes_each_way)
-            results.append({"workload": name, "instructions": counts[0], **traffic,
+            speed = ("  " + "  ".join(f"{micro:8.2f} µs ({count / micro:,.0f} a µs)" for count, micro in zip(
+                counts, (timing.get("micros"), timing.get("against_micros")))) if timing else "")
+            say(f"{name:14s} " + "  ".join(f"{count:10,.0f}" for count in counts) + ratio + bytes_each_way + speed)
+            results.append({"workload": name, "instructions": counts[0], **traffic, **timing,
                             **({"against": counts[1], "ratio": counts[0] / counts[1]} if len(counts) == 2 else {})})
     write_results(cli.out_dir(args, "request-instructions"), "request-instructions", results, say,
                   trees=[str(tree) for tree in trees], chunk=args.chunk,

@@ -26,6 +26,17 @@ def test_every_workload_is_answered_inline_by_the_replay(tmp_path, workload, chu
     assert result.returncode == 0, result.stderr
 
 
+def test_the_timed_replay_takes_the_requests_wall_time_alone(tmp_path):
+    """--timed: the native child's time is its requests' (set-up excluded), so 200 requests take longer
+    than 20 and the figure a request is a registration's order, not the child's start-up."""
+    frames_file = tmp_path / "frames.pickle"
+    frames_file.write_bytes(pickle.dumps(workload_frames("register-new", 200)))
+    few, many = (request_instructions.replay_seconds(ROOT, frames_file, count) for count in (20, 200))
+    assert 0 < few < many
+    micros = request_instructions.timed_per_request(ROOT, frames_file, 200, runs=2)
+    assert 1 < micros < 10_000  # a decoded 100-topic registration: microseconds, never the 0.1 s a start-up takes
+
+
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed (apt-get install -y valgrind)")
 def test_the_bench_counts_instructions_against_another_checkout(capsys, tmp_path):
     # 40 requests, 32 of them counted: with 16 counted, two runs of the same checkout differed by up
