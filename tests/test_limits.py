@@ -167,7 +167,9 @@ def kv_puts(count: int, value_length: int, keys: int) -> list[RemotingCommand]:
 
 def test_the_client_sends_commands_in_zmq_messages_within_the_servers_limit(namesrv_factory) -> None:
     namesrv = namesrv_factory(maxFrameLength=2 << 20)
-    responses = invoke_over_zmq(namesrv.zmq_address, kv_puts(6, 700_000, 6), 10)  # 4.2 MB: too much for one message
+    # 4.2 MB: too much for one message. Each put rewrites the KV file (up to 4.2 MB, flushed to disk):
+    # the timeout is not a speed bound (a loaded CI host once took more than 10 s).
+    responses = invoke_over_zmq(namesrv.zmq_address, kv_puts(6, 700_000, 6), 60)
     assert [response.code for response in responses] == [ResponseCode.SUCCESS] * 6
 
 
