@@ -66,7 +66,7 @@ from bench.lib.fleet import FleetShape, data_version_template, heartbeat_templat
     route_template
 from bench.lib.output import Printed, write_results
 from bench.lib.rounds import alternate, median
-from bench.lib.servers import Ceiling, JavaNamesrvProcess, listening_pid, tree_cpu_seconds, java_wanted
+from bench.lib.servers import Ceiling, JavaNamesrvProcess, listening_pid, tree_cpu_split, java_wanted
 from namesrv.errors import ProtocolError
 from namesrv.launcher import NamesrvProcess
 from namesrv.protocol import DataVersion, RemotingCommand, ResponseCode
@@ -93,6 +93,8 @@ class LegResult:
     seconds: float
     bad: int
     server_cpu_s: float
+    #: Of `server_cpu_s`, the seconds spent in the kernel (system calls: sockets, ZeroMQ's I/O threads).
+    server_system_s: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -102,6 +104,13 @@ class LegResult:
     def cpu_us_per_request(self) -> float:
         """The server's CPU microseconds per answered request (NaN when its process is unknown)."""
         return self.server_cpu_s * 1e6 / self.answers if self.server_cpu_s > 0 and self.answers else float("nan")
+
+    @property
+    def kernel_share(self) -> float:
+        """The share of the server's CPU spent in the kernel (NaN when its process is unknown): what a
+        machine's system calls cost moves it, what its interpreter speed costs moves the rest, so a
+        rate that moved between machines says which of the two it was."""
+        return self.server_system_s / self.server_cpu_s if self.server_cpu_s > 0 else float("nan")
 
 
 def build_workload(name: str, fleet: FleetShape) -> Workload:
@@ -227,14 +236,14 @@ def run_leg(address: str, pid: int | None, workload: Workload, generators: int, 
         proc.start()
     time.sleep(max(0.0, start_at + warmup_s - time.monotonic()))
     # the server's CPU over the measured window only (not the drain), on both columns
-    cpu_before = 0.0 if server is None else tree_cpu_seconds(server)
+    cpu_before = (0.0, 0.0) if server is None else tree_cpu_split(server)
     time.sleep(max(0.0, start_at + warmup_s + duration_s - time.monotonic()))
-    cpu_after = 0.0 if server is None else tree_cpu_seconds(server)
+    cpu_after = (0.0, 0.0) if server is None else tree_cpu_split(server)
     results = [out.get(timeout=duration_s + warmup_s + 40) for _ in procs]
     for proc in procs:
         proc.join(5)
     return LegResult(sum(r[0] for r in results), max(r[1] for r in results), sum(r[2] for r in results),
-                     cpu_after - cpu_before)
+                     sum(cpu_after) - sum(cpu_before), cpu_after[1] - cpu_before[1])
 
 
 def register_once(address: str, fleet: FleetShape, *, echo_ok: bool = False) -> Client:
@@ -334,20 +343,21 @@ def main(argv: list[str] | None = None) -> int:
                 address, pid, echo_ok = targets[name]
                 result = run_leg(address, pid, workload, args.generators, args.warmup_seconds, args.seconds, echo_ok)
                 say(f"  {workload.name:14} {name:8} {result.rate:>10,.0f}/s  {result.cpu_us_per_request:>6.2f} "
-                    f"µs/request  bad answers {result.bad}")
+                    f"µs/request ({result.kernel_share:.0%} kernel)  bad answers {result.bad}")
                 return result
 
             legs, order = alternate(columns, args.rounds, leg, index)
             rates = {name: median([leg.rate for leg in legs[name]]) for name in columns}
             cpu = {name: median([leg.cpu_us_per_request for leg in legs[name]]) for name in columns}
+            kernel = {name: median([leg.kernel_share for leg in legs[name]]) for name in columns}
             for name in columns:
                 results.append({"workload": workload.name, "column": name, "per_s": rates[name],
-                                "server_cpu_us_per_request": cpu[name],
+                                "server_cpu_us_per_request": cpu[name], "server_kernel_share": kernel[name],
                                 "bad_answers": sum(leg.bad for leg in legs[name]),
                                 "legs_per_s": [leg.rate for leg in legs[name]],
                                 "ratio_to_ceiling": rates[name] / rates["ceiling"], "order": order})
-            line = (f"{workload.name:14} " + "  ".join(f"{name} {rates[name]:>10,.0f}/s ({cpu[name]:.2f} µs/req)"
-                                                       for name in columns)
+            line = (f"{workload.name:14} " + "  ".join(f"{name} {rates[name]:>10,.0f}/s ({cpu[name]:.2f} µs/req, "
+                                                       f"{kernel[name]:.0%} kernel)" for name in columns)
                     + f"  namesrv ÷ ceiling {rates['namesrv'] / rates['ceiling']:.3f}")
             if "java" in columns:
                 line += f"  namesrv ÷ java {rates['namesrv'] / rates['java']:.2f}"

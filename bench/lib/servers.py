@@ -120,17 +120,23 @@ def _tree(process: psutil.Process) -> list[psutil.Process]:
     return [process, *process.children(recursive=True)]
 
 
-def tree_cpu_seconds(process: psutil.Process) -> float:
-    """CPU seconds (user + system) of `process` and its descendants (worker processes); one that
+def tree_cpu_split(process: psutil.Process) -> tuple[float, float]:
+    """CPU seconds (user, system) of `process` and its descendants (worker processes); one that
     ended meanwhile is left out."""
-    total = 0.0
+    user = system = 0.0
     for member in _tree(process):
         try:
             times = member.cpu_times()
         except psutil.NoSuchProcess:
             continue
-        total += times.user + times.system
-    return total
+        user += times.user
+        system += times.system
+    return user, system
+
+
+def tree_cpu_seconds(process: psutil.Process) -> float:
+    """CPU seconds (user + system) of `process` and its descendants."""
+    return sum(tree_cpu_split(process))
 
 
 def tree_rss_bytes(process: psutil.Process) -> int:
