@@ -13,9 +13,10 @@ whatever one leg leaves behind for the next, hits both alike), each driven by in
 load-generator processes (--generators) that keep a fixed number of requests in flight per
 connection. Every rate is printed beside the server's CPU microseconds per answered request (user
 + system of the server process and its children over the measured window; for --ceiling /
---namesrv, of the process listening on that port when it can be found), and the run starts with
-the machine: CPU model, Python version and build flags. A rate moves between machines; CPU per
-request on a named CPU and Python build explains how much of that is the machine.
+--namesrv, of the process listening on that port when it can be found) and the share of it spent
+in the kernel, and the run starts with the machine: CPU model, Python version and build flags. A
+rate moves between machines; CPU per request on a named CPU and Python build explains how much of
+that is the machine, and the kernel's share whether it was the system calls or the interpreter.
 
 The two columns are treated alike, so that the same server in both (an A/A run: --ceiling and
 --namesrv pointing at two identical namesrv) gives a ratio of 1 up to noise: both get the
