@@ -128,14 +128,20 @@ def workload_frames(name: str, count: int) -> tuple[list[bytes], list[bytes]]:
     return setup, frames
 
 
-def instructions(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> int:
-    """Instructions callgrind counts for the child of `tree` replaying `count` frames, `chunk` a call."""
+def _replay(tree: Path, frames_file: Path, count: int, chunk: int, wrapper: tuple[str, ...] = ()
+            ) -> subprocess.CompletedProcess[str]:
+    """The child of `tree` replaying `count` frames, `chunk` a call, under `wrapper` (callgrind) or natively."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}  # string hashes vary the count otherwise
-    result = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
-                             _REPLAY, str(frames_file), str(count), str(chunk)], cwd=tree, env=env, capture_output=True,
-                            text=True, timeout=900)
+    result = subprocess.run([*wrapper, sys.executable, "-c", _REPLAY, str(frames_file), str(count), str(chunk)],
+                            cwd=tree, env=env, capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
         raise RuntimeError(f"replay in {tree} failed: {result.stderr[-2000:]}")
+    return result
+
+
+def instructions(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> int:
+    """Instructions callgrind counts for the child of `tree` replaying `count` frames, `chunk` a call."""
+    result = _replay(tree, frames_file, count, chunk, ("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"))
     for line in result.stderr.splitlines():
         if "Collected :" in line:
             return int(line.rsplit(":", 1)[1])
@@ -144,12 +150,7 @@ def instructions(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> i
 
 def replay_seconds(tree: Path, frames_file: Path, count: int, chunk: int = 1) -> float:
     """Wall time of the child of `tree` replaying `count` frames natively (no callgrind), set-up excluded."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    result = subprocess.run([sys.executable, "-c", _REPLAY, str(frames_file), str(count), str(chunk)], cwd=tree,
-                            env=env, capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        raise RuntimeError(f"replay in {tree} failed: {result.stderr[-2000:]}")
-    return float(result.stdout.split()[-1])
+    return float(_replay(tree, frames_file, count, chunk).stdout.split()[-1])
 
 
 def timed_per_request(tree: Path, frames_file: Path, count: int, chunk: int = 1, runs: int = 3) -> float:

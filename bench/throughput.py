@@ -95,7 +95,7 @@ class LegResult:
     bad: int
     server_cpu_s: float
     #: Of `server_cpu_s`, the seconds spent in the kernel (system calls: sockets, ZeroMQ's I/O threads).
-    server_system_s: float = 0.0
+    server_system_s: float
 
     @property
     def rate(self) -> float:
