@@ -29,7 +29,6 @@ from namesrv.channel import Channel
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager
 from namesrv.processor import RequestProcessor
-from namesrv.processor.inline import read_header
 from namesrv.processor.seen_headers import SeenHeaders
 from namesrv.protocol import DataVersion
 from namesrv.remoting.codecs import encode_reply
@@ -52,7 +51,7 @@ class Server:
         self.processor = RequestProcessor(config, self.routes, kv)
         inline = self.processor.inline
         if seen_bytes is not None:
-            inline.seen = SeenHeaders(read_header, max_bytes=seen_bytes)
+            inline.seen = SeenHeaders(inline.reader, max_bytes=seen_bytes)
         if template_bytes is not None:
             inline.writes.templates.max_bytes = template_bytes
         broker = fleet.broker(0)

@@ -27,7 +27,14 @@ class InlineServer:
                                           inline_writes=inline_writes)
 
     def inline(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand | None:
+        """`InlineAnswers.answer`: one frame's answer, the request decoded for the executors, or None."""
         return self.processor.inline.answer(frame, channel, time.monotonic())
+
+    def received(self, frame: bytes, channel: Channel) -> bytes | RemotingCommand:
+        """What the reactor makes of `frame` received alone (`InlineAnswers.answer_all`, which reads
+        a new DataVersion's header from its shape): the answer, or the request for the executors."""
+        replies, commands = self.processor.inline.answer_all([frame], channel, time.monotonic())
+        return replies[0] if replies else commands[0]
 
     def regular(self, frame: bytes, channel: Channel) -> bytes:
         return self.processor.process(RemotingCommand.decode(frame), channel).encode()

@@ -210,7 +210,7 @@ class Twins:
 
     def send(self, frame: bytes, channel: Channel = BROKER) -> tuple[bool, RemotingCommand]:
         """(answered inline?, the answer); the executor's path answers what the inline one left."""
-        reply = self.inline.inline(frame, channel)
+        reply = self.inline.received(frame, channel)
         inline = type(reply) is bytes
         answer = reply if inline else self.inline.regular(frame, channel)
         assert answer == self.twin.regular(frame, channel)
@@ -323,7 +323,7 @@ def test_illegal_names_are_refused_inline_as_the_regular_path_refuses_them(tmp_p
         inline, answer = twins.send(registration(header, with_topics(["A", "B"], counter), opaque=counter))
         assert inline and answer.code == ResponseCode.SYSTEM_ERROR and field in answer.remark, answer.remark
         assert answer.remark.startswith("register broker failed: ")
-    assert twins.inline.processor.inline.seen._parse.shapes.table  # the later headers were rebound, not parsed
+    assert twins.inline.processor.inline.reader.shapes.table  # the later headers were read from their shape
     inline, answer = twins.send(registration(header, with_topics(["A", "B"], 4), opaque=4,
                                              extra={"bodyCrc32": "12345"}))
     assert inline and answer.remark == "crc32 not match"
@@ -425,7 +425,7 @@ def test_replayed_heartbeats_and_queries_answer_as_the_regular_path_whatever_cha
         assert answer.opaque == opaque
         if command.code in (RequestCode.BROKER_HEARTBEAT, RequestCode.QUERY_DATA_VERSION):
             assert inline
-            replayed.append(sum(replay.request.code == command.code for replay in replays.table.values()))
+            replayed.append(sum(replay.prepared.request.code == command.code for replay in replays.table.values()))
     assert replayed and all(count == 1 for count in replayed)  # each header's last answer is kept
 
 
@@ -480,18 +480,19 @@ OTHER_MASTER = {"clusterName": "c1", "brokerName": "b2", "brokerAddr": "10.0.0.3
                 "haServerAddr": "10.0.0.3:10912"}
 
 
-class Prepares:
-    """Counts the inline server's `prepare` steps: a replayed registration takes none."""
+class Steps:
+    """Counts the inline server's calls of one of its processor's steps: a replayed registration
+    takes no `prepare`, one answered from its header's kept answer no `answer`."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, step: str) -> None:
         self.count = 0
-        prepare = server.processor.prepare
+        call = getattr(server.processor, step)
 
         def counted(*args, **kwargs):
             self.count += 1
-            return prepare(*args, **kwargs)
+            return call(*args, **kwargs)
 
-        server.processor.prepare = counted
+        setattr(server.processor, step, counted)
 
     def taken(self) -> int:
         count, self.count = self.count, 0
@@ -505,7 +506,7 @@ def test_replayed_registrations_answer_as_the_regular_path_whatever_changed_betw
     returned) changed, the broker expired, unregistered, or another broker sent the same body, the
     answer is the regular path's. Bytes and tables are the twin's throughout."""
     twins = Twins(tmp_path, return_order_topic_config_to_broker=True)
-    prepares = Prepares(twins.inline)
+    prepares = Steps(twins.inline, "prepare")
     data = with_topics(["A", "B", "C"], 1)
     opaques = iter(range(1, 1000))
 
@@ -550,6 +551,46 @@ def test_replayed_registrations_answer_as_the_regular_path_whatever_changed_betw
     prepares.taken()
     register(), register(OTHER_MASTER)
     assert prepares.taken() == 0
+
+
+def test_new_data_versions_are_answered_as_the_regular_path_whatever_changed_between(tmp_path):
+    """A new DataVersion (a new body and bodyCrc32 under the same JSON header otherwise: read from
+    its shape) is decoded and applied, and its answer is the header's kept one while the outcome and
+    what the answer reads are the same: a slave's master moving, the order topics changing, or their
+    return switched off make it the regular path's again. Bytes and tables are the twin's throughout.
+    (A binary header with another bodyCrc32 is another header: parsed, with its own kept answer.)"""
+    serialize_type = SerializeType.JSON
+    twins = Twins(tmp_path, return_order_topic_config_to_broker=True)
+    answers = Steps(twins.inline, "answer")
+    counters = iter(range(1, 1000))
+
+    def register(header: dict = SLAVE) -> RemotingCommand:
+        counter = next(counters)
+        inline, answer = twins.send(registration(header, with_topics(["A", "B"], counter), opaque=counter,
+                                                 serialize_type=serialize_type))
+        assert inline and answer.code == ResponseCode.SUCCESS
+        return answer
+
+    def on_both(change) -> None:
+        for server in (twins.inline, twins.twin):
+            change(server)
+
+    assert "masterAddr" not in register().ext_fields  # no master yet
+    register(), register()
+    assert answers.taken() == 1
+    register(MASTER)
+    assert answers.taken() == 1
+    assert register().ext_fields["masterAddr"] == MASTER["brokerAddr"]  # the outcome changed: answered anew
+    assert register().ext_fields["masterAddr"] == MASTER["brokerAddr"]
+    assert answers.taken() == 1
+    on_both(lambda server: server.kv.put(ORDER_TOPIC_CONFIG, "A", "b1:4"))
+    assert b"b1:4" in register().body and answers.taken() == 1
+    assert b"b1:4" in register().body and answers.taken() == 0
+    on_both(lambda server: setattr(server.config, "return_order_topic_config_to_broker", False))
+    assert register().body is None and answers.taken() == 1
+    unregister = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, MASTER, serialize_type=serialize_type)
+    twins.send(unregister.encode()[4:])
+    assert "masterAddr" not in register().ext_fields and answers.taken() == 1
 
 
 @pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])

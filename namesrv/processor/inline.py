@@ -10,21 +10,22 @@ costs a lookup), then lets the matching fast path answer or step aside (None): e
 and every case those paths do not own, takes the regular path through the executors.
 
 A broker's registration header also differs from its last one whenever its body does: in the
-bodyCrc32 value only. Such a JSON header is not parsed again but rebound (`fastpath.body_crc_key`,
-`HeaderReader.shapes`), once parsing has shown that those digits are where its bodyCrc32 is read from.
+bodyCrc32 value only. Such a JSON header is not parsed again: the one first parsed of its shape
+(`fastpath.body_crc_key`, `HeaderReader.shapes`) is taken with the new value
+(`PreparedWrite.request_for`), once parsing has shown that those digits are where its bodyCrc32 is
+read from. It is not remembered: a new DataVersion's header is seen once, and the shape's kept
+replay is current for the next heartbeat that repeats it.
 """
 from __future__ import annotations
 
 import time
-from typing import NamedTuple
-
 from namesrv import fastpath
 from namesrv.caches import BoundedMemo
 from namesrv.channel import Channel
 from namesrv.processor.broker_handlers import RegistrationHeader
 from namesrv.processor.context import HandlerContext
 from namesrv.processor.header import BadRequest
-from namesrv.processor.write_fast_path import Processor, WriteFastPath
+from namesrv.processor.write_fast_path import PreparedWrite, Processor, WriteFastPath
 from namesrv.processor.requests import BY_CODE
 from namesrv.processor.requests import Inline as RequestInline
 from namesrv.processor.route_query import NOT_PLAIN, RouteQuery, RouteQueryFastPath, route_query_of
@@ -42,29 +43,6 @@ _SUCCESS = int(ResponseCode.SUCCESS)
 SHAPES = 4096
 SHAPE_BYTES = 8 * 1024 * 1024
 _CRC_FIELD = b'"bodyCrc32":"'
-_new_tuple = tuple.__new__
-
-
-class PreparedWrite(NamedTuple):
-    """An inline write's header read once: its typed reading (the request-table row's `header`), and
-    the request minus opaque and body (which keeps it as its typed header)."""
-
-    header: object
-    request: RemotingCommand
-
-    @classmethod
-    def of(cls, header: object, request: RemotingCommand) -> PreparedWrite:
-        """The tuple is made directly: the reactor makes one for each new DataVersion it reads
-        (`with_crc`), and a NamedTuple's constructor costs more than the rest of the rebinding."""
-        request.keep_typed_header(header)
-        return _new_tuple(cls, (header, request))
-
-    def with_crc(self, crc: int) -> PreparedWrite:
-        """The same header with bodyCrc32 `crc` (a non-negative int32, written as Java writes it)."""
-        request = self.request.derive(0, None, 0)
-        ext_fields = request.ext_fields = self.request.ext_fields.copy()
-        ext_fields["bodyCrc32"] = str(crc)
-        return PreparedWrite.of(self.header.with_crc(crc), request)
 
 
 #: What a header asks of the inline paths: a route query, a registration, or None (not theirs).
@@ -84,7 +62,8 @@ class InlineAnswers:
         self.tally = RequestTally()
         self.route_queries = RouteQueryFastPath(ctx)
         self.writes = WriteFastPath(processor, self.tally, applies=registrations)
-        self.seen = seen_headers()
+        self.reader = HeaderReader()
+        self.seen: SeenHeaders[Inline] = SeenHeaders(self.reader)
         #: Route queries answered since the last count (a chunk's are counted at once).
         self._routes_answered = 0
         #: Kept: counting a chunk of cached route answers must cost no more than the clock reading.
@@ -104,14 +83,15 @@ class InlineAnswers:
         keys, opaques = fastpath.json_opaque_keys(frames)
         known = self.seen.json.table.get
         first = known(keys[0], self)
-        if first is self:  # not seen: a registration of a new DataVersion is rebound from its key
-            first = None if keys[0] is None else self.seen.rebound(keys[0])
+        crc = None
+        if first is self:  # not seen: a registration of a new DataVersion is read from its shape
+            first, crc = self.reader.shape(keys[0])
         if type(first) is PreparedWrite:
             if len(keys) == 1:  # a broker's write, alone in its chunk: no route path, no loop
-                reply = self.writes.answer(frames[0], opaques[0], first.request, channel, arrived)
+                reply = self.writes.answer(frames[0], opaques[0], first, channel, arrived, crc)
                 return ([reply], []) if type(reply) is bytes else ([], [reply])
             if keys.count(keys[0]) == len(keys):  # one header throughout: a run of one write
-                replies = self.writes.answer_run(frames, opaques, first.request, channel, arrived)
+                replies = self.writes.answer_run(frames, opaques, first, channel, arrived, crc)
                 if replies is not None:
                     return replies, []
         single = first if len(keys) == 1 else None
@@ -134,10 +114,11 @@ class InlineAnswers:
             if bodies is not None and bodies[index] is not None:
                 continue  # answered above
             what = known(keys[index], self)
+            crc = None
             if what is self:
-                what = None if keys[index] is None else self.seen.rebound(keys[index])
+                what, crc = self.reader.shape(keys[index])
             if type(what) is PreparedWrite:
-                reply = self.writes.answer(frame, opaques[index], what.request, channel, arrived)
+                reply = self.writes.answer(frame, opaques[index], what, channel, arrived, crc)
             else:
                 reply = self.answer(frame, channel, arrived)
             if reply is None:
@@ -175,13 +156,13 @@ class InlineAnswers:
             if reply is not None:
                 self._routes_answered += 1
             return reply
-        return self.writes.answer(frame, opaque, what.request, channel, arrived)
+        return self.writes.answer(frame, opaque, what, channel, arrived)
 
 
 class HeaderReader:
     """`read_header` (`SeenHeaders`' parse), learning the shape of each JSON registration header it
-    parses; `rebound(key)` reads one differing from a learned one in its bodyCrc32 value only (the
-    broker's next DataVersion) from its key (`SeenHeaders`' rebind). Reactor thread only."""
+    parses; `shape(key)` reads one differing from a learned one in its bodyCrc32 value only (the
+    broker's next DataVersion) from its key. Reactor thread only."""
 
     def __init__(self) -> None:
         #: JSON registration headers by `fastpath.body_crc_key` key, each the first one parsed.
@@ -192,25 +173,23 @@ class HeaderReader:
         read = read_header(serialize_field, header)
         shape = None if json_split is None else fastpath.body_crc_key(json_split[0])
         # Learned only where `SeenHeaders` remembers the parse too (`single_opaque`, read as the key
-        # says), so whatever is rebound from a shape may be remembered: a header's count of
-        # `"opaque":` is its shape key's (digits are neither in that word nor can join into it).
+        # says), so a header read from its shape has the opaque its key was split at: a header's
+        # count of `"opaque":` is its shape key's (digits are neither in that word nor can join into it).
         if (shape is not None and read is not None and read[0] == json_split[1]
                 and single_opaque(header) and _rebinds(header, shape[1], read[1])):
             self.shapes.remember(shape[0], read[1], 2 * len(shape[0]))
         return read
 
-    def rebound(self, key: bytes) -> PreparedWrite | None:
-        """The registration whose JSON header has `json_opaque_key` key `key`, when the key differs
-        from a learned shape's in its bodyCrc32 digits only; else None."""
-        shape = fastpath.body_crc_key(key)
+    def shape(self, key: bytes | None) -> tuple[PreparedWrite | None, int | None]:
+        """(the registration learned, the bodyCrc32 to read it with: `PreparedWrite.request_for`)
+        when `key`, a JSON header's `json_opaque_key` key, differs from a learned shape's in its
+        bodyCrc32 digits only; (None, None) otherwise."""
+        shape = None if key is None else fastpath.body_crc_key(key)
         known = None if shape is None else self.shapes.table.get(shape[0])
-        return None if known is None else known.with_crc(shape[1])
-
-
-def seen_headers() -> SeenHeaders[Inline]:
-    """The reactor's memo of headers read: parsed by `HeaderReader`, rebound by it when it can."""
-    reader = HeaderReader()
-    return SeenHeaders(reader, rebind=reader.rebound)
+        if known is None:
+            return None, None
+        crc = shape[1]
+        return known, None if crc == known.header.body_crc32 else crc
 
 
 def _rebinds(header: bytes, crc: int, what: Inline) -> bool:
@@ -222,7 +201,8 @@ def _rebinds(header: bytes, crc: int, what: Inline) -> bool:
     digits = b"%d" % crc
     other = int((b"2" if digits[:1] == b"1" else b"1") + b"0" * (len(digits) - 1))
     again = read_header(JSON_FIELD, header.replace(_CRC_FIELD + digits + b'"', _CRC_FIELD + b"%d" % other + b'"', 1))
-    return again is not None and again[1] == what.with_crc(other)
+    rebound = what.rebind(what.request.derive(0, None, 0), other)
+    return again is not None and again[1] == (what.header.with_crc(other), rebound)
 
 
 def read_header(serialize_field: int, header: bytes, json_split: object = None) -> tuple[int, Inline] | None:

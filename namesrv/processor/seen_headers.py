@@ -46,18 +46,13 @@ class SeenHeaders(Generic[T]):
     int32 opaque, (key, opaque) (None for any other header). Its value is remembered when the opaque
     is the only thing a repeat can differ in: a binary header's fixed four bytes, or a JSON header's
     single `"opaque":` key written as `b"%d"` writes it and followed by another field.
-
-    `rebind(key)`, when given, reads a JSON header not remembered from its key alone when it
-    differs from one parsed before in a value the reader knows how to rebind (a registration's
-    bodyCrc32: namesrv.processor.inline.HeaderReader), or returns None; what it reads is remembered
-    as a parse is. Single-threaded (the reactor's).
+    Single-threaded (the reactor's).
     """
 
     def __init__(self, parse: Callable[[int, bytes, tuple[bytes, int] | None], tuple[int, T] | None],
                  bound: int = SEEN_HEADERS,
-                 max_bytes: int = SEEN_HEADER_BYTES, rebind: Callable[[bytes], T | None] | None = None) -> None:
+                 max_bytes: int = SEEN_HEADER_BYTES) -> None:
         self._parse = parse
-        self._rebind = rebind
         #: JSON headers by `fastpath.json_opaque_key` (`.table` is read by `InlineAnswers.answer_all` too).
         self.json: BoundedMemo[bytes, T] = BoundedMemo(bound, max_bytes)
         self.binary: BoundedMemo[bytes, T] = BoundedMemo(bound, max_bytes)
@@ -81,24 +76,12 @@ class SeenHeaders(Generic[T]):
         known = memo.table.get(key, self)
         if known is not self:
             return opaque, known
-        if split is not None:
-            rebound = self.rebound(key)
-            if rebound is not None:
-                return opaque, rebound
         parsed = self._parse(serialize_field, header, split)
         if (parsed is not None and parsed[0] == opaque
                 and (serialize_field != JSON_FIELD or single_opaque(header))):
             # A registration's value holds the header's fields: charged twice the key.
             memo.remember(key, parsed[1], 2 * len(key))
         return parsed
-
-    def rebound(self, key: bytes) -> T | None:
-        """What a JSON header of `json_opaque_key` key `key`, not remembered, says when `rebind`
-        reads it from the key alone (remembered as a parse is); else None: `read` the header."""
-        value = None if self._rebind is None else self._rebind(key)
-        if value is not None:
-            self.json.remember(key, value, 2 * len(key))  # a registration's value holds the header's fields
-        return value
 
 
 class OpaqueTemplate:
