@@ -194,8 +194,9 @@ class HeaderReader:
 
 def _rebinds(header: bytes, crc: int, what: Inline) -> bool:
     """Does the parser read `what`'s bodyCrc32 from exactly the digits of `crc` in `header`, and
-    nothing else from them? Then another header differing in them only reads as `what.with_crc(...)`.
-    Checked by parsing the header again with other digits (a duplicate key, say, would fail it)."""
+    nothing else from them? Then another header differing in them only reads as `what` rebound to
+    their value (`PreparedWrite.rebind`). Checked by parsing the header again with other digits (a
+    duplicate key, say, would fail it)."""
     if type(what) is not PreparedWrite or type(what.header) is not RegistrationHeader or what.header.body_crc32 != crc:
         return False
     digits = b"%d" % crc
