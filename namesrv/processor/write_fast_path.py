@@ -60,7 +60,6 @@ REPLAY_BYTES = 8 * 1024 * 1024
 _REPLAYABLE: dict[int, Callable[[Any], bool]] = {
     int(spec.code): spec.handler.replayable for spec in REQUESTS if getattr(spec.handler, "replayable", None)}
 _SUCCESS = int(ResponseCode.SUCCESS)
-_new_tuple = tuple.__new__
 
 
 class Processor(Protocol):
@@ -113,8 +112,9 @@ class PreparedWrite(NamedTuple):
 
     @classmethod
     def of(cls, header: object, request: RemotingCommand) -> PreparedWrite:
+        """`request` keeping `header` as its typed reading (the requests derived from it share it)."""
         request.keep_typed_header(header)
-        return _new_tuple(cls, (header, request))
+        return cls(header, request)
 
     def request_for(self, opaque: int, frame: bytes, crc: int | None = None) -> RemotingCommand:
         """The request in `frame` (as split_frames yields it), whose header is this one with `opaque`
