@@ -15,7 +15,7 @@ from namesrv.processor.limits import topic_count_beyond
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand, wire_string
 from namesrv.protocol.route import KVTable, RegisterBrokerResult
-from namesrv.protocol.topic import DataVersion, QueueFields, TopicQueueTable, decode_registration
+from namesrv.protocol.topic import DataVersion, TopicQueueTable, decode_registration
 from namesrv.routeinfo import Registrant, RouteTableFull, StaleTopicEntries
 from namesrv.routeinfo.route_input import IllegalRoute, check_names, check_queues_summed
 from namesrv.routeinfo.zones import ZONE_NAME
@@ -86,22 +86,6 @@ class RegistrationHeader(NamedTuple):
 Fingerprint = tuple[int, int, int, bool, bool, bool]
 
 
-class TopicTableChange(NamedTuple):
-    """A decoded body's topic table as the route table applies it (namesrv.protocol.topic.TopicQueueTable's fields)."""
-
-    topics: dict[str, QueueFields]
-    #: The DataVersion decoded (a list after the write log's round trip).
-    data_version: DataVersion | list[int]
-    mappings: dict[str, Any]
-    entries: bytes | None
-    omitted: int
-    omitted_since: bytes | None
-
-    def table(self) -> TopicQueueTable:
-        return TopicQueueTable(self.topics, _data_version(self.data_version), self.mappings, self.entries,
-                               self.omitted, self.omitted_since)
-
-
 def _data_version(version: DataVersion | list[int] | None) -> DataVersion | None:
     """A change's DataVersion as `prepare` decoded it, also after the write log's round trip (which
     makes it a list)."""
@@ -109,12 +93,13 @@ def _data_version(version: DataVersion | list[int] | None) -> DataVersion | None
 
 
 class RegistrationChange(NamedTuple):
-    """REGISTER_BROKER's change: who, the body's fingerprint, and its decoded table and filter
-    servers; `table` None for the repeat of the broker's last body (a liveness refresh)."""
+    """REGISTER_BROKER's change: who, the body's fingerprint, and its decoded table (as the decode
+    made it) and filter servers; `table` None for the repeat of the broker's last body (a liveness
+    refresh)."""
 
     registrant: Registrant
     fingerprint: Fingerprint
-    table: TopicTableChange | None = None
+    table: TopicQueueTable | None = None
     filter_servers: list[str] | None = None
 
     @classmethod
@@ -123,7 +108,7 @@ class RegistrationChange(NamedTuple):
         if type(change) is cls:
             return change
         registrant, fingerprint, table, filter_servers = change
-        return cls(Registrant(*registrant), tuple(fingerprint), None if table is None else TopicTableChange(*table),
+        return cls(Registrant(*registrant), tuple(fingerprint), None if table is None else TopicQueueTable.from_fields(table),
                    filter_servers)
 
 
@@ -173,9 +158,7 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
         return request.make_response(ResponseCode.SYSTEM_ERROR, f"register broker failed: {exc}")
     if request.body is None and request.version >= Version.V3_0_11:
         filter_servers = []  # RocketMQ's empty RegisterBrokerBody has an empty (not null) filter-server list
-    return RegistrationChange(registrant, (len(body), crc, digest, *registration.body_form), TopicTableChange(
-        table.topics, table.data_version, table.topic_queue_mapping_info_map,
-        table.entries, table.omitted, table.omitted_since), filter_servers)
+    return RegistrationChange(registrant, (len(body), crc, digest, *registration.body_form), table, filter_servers)
 
 
 def apply_registration(ctx: HandlerContext, change: Change, channel: Channel) -> RegisterBrokerResult | None | object:
@@ -187,7 +170,7 @@ def apply_registration(ctx: HandlerContext, change: Change, channel: Channel) ->
         result = ctx.routes.refresh(registrant, fingerprint, channel)
         return RETRY if result is None else result
     try:
-        return ctx.routes.register(registrant, table.table(), filter_servers, channel, fingerprint)
+        return ctx.routes.register(registrant, table, filter_servers, channel, fingerprint)
     except StaleTopicEntries:  # the route table changed since the decode: read the body in full
         return RETRY
     except RouteTableFull as exc:

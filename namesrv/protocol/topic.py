@@ -210,8 +210,7 @@ def _topic_config_queue_fields(obj: Any, name: str) -> QueueFields:
     return TopicConfig.from_dict(obj, name).queue_fields()
 
 
-@dataclass(slots=True)
-class TopicQueueTable:
+class TopicQueueTable(NamedTuple):
     """A broker's topic table as the route table reads it: per topic only its queue fields.
 
     What the server decodes a registration into (`decode_registration`): a body of thousands of
@@ -225,15 +224,41 @@ class TopicQueueTable:
     `entries` is what the next registration's decode takes as `previous` (None: nothing to offer),
     `facts` what its `topics` hold, summed up (None: look at each). Tables compare (and show)
     what they say, not these.
+
+    A tuple: a registration's change carries the decoded table as it is to the route table, and
+    through the write log (as a msgpack array, read back by `from_fields`).
     """
 
-    topics: dict[str, QueueFields] = field(default_factory=dict)
-    data_version: DataVersion = field(default_factory=DataVersion)
-    topic_queue_mapping_info_map: dict[str, Any] = field(default_factory=dict)
-    entries: bytes | None = field(default=None, compare=False, repr=False)
-    omitted: int = field(default=0, compare=False, repr=False)
-    omitted_since: bytes | None = field(default=None, compare=False, repr=False)
-    facts: QueueFacts | None = field(default=None, compare=False, repr=False)
+    topics: dict[str, QueueFields]
+    data_version: DataVersion
+    topic_queue_mapping_info_map: dict[str, Any]
+    entries: bytes | None = None
+    omitted: int = 0
+    omitted_since: bytes | None = None
+    facts: QueueFacts | None = None
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not TopicQueueTable:
+            return NotImplemented
+        return self[:3] == other[:3]
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]  # its dicts are not hashable anyway
+
+    def __repr__(self) -> str:
+        return (f"TopicQueueTable(topics={self.topics!r}, data_version={self.data_version!r}, "
+                f"topic_queue_mapping_info_map={self.topic_queue_mapping_info_map!r})")
+
+    @classmethod
+    def from_fields(cls, fields: Any) -> TopicQueueTable:
+        """The table whose fields are `fields` (a table after the write log's round trip: a list,
+        its DataVersion a list too)."""
+        topics, data_version, mappings, *rest = fields
+        return cls(topics, data_version if type(data_version) is DataVersion else DataVersion(*data_version),
+                   mappings, *rest)
 
     @classmethod
     def from_dict(cls, obj: Any) -> TopicQueueTable:
@@ -441,8 +466,7 @@ def decode_registration(data: bytes | None, compressed: bool = False, version: i
             return TopicQueueTable(topics, DataVersion(counter, timestamp, state_version), {}, entries, omitted,
                                    previous if omitted else None, facts), servers
         table, servers = _decode_json_body(data, version, TopicQueueTable.from_dict, value)
-        table.entries, table.omitted, table.omitted_since = entries, omitted, previous if omitted else None
-        table.facts = facts
-        return table, servers
+        return table._replace(entries=entries, omitted=omitted, omitted_since=previous if omitted else None,
+                              facts=facts), servers
     body = RegisterBrokerBody.decode(data, compressed, version)
     return TopicQueueTable.of(body.wrapper), body.filter_server_list
