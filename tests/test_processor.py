@@ -424,14 +424,14 @@ def test_a_new_data_version_reads_only_the_changed_topics_and_still_restores_wha
     # An admin wipes the write perm: the master's next DataVersion re-applies its whole table,
     # unchanged entries included (the route table no longer holds what they say).
     ns.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
-    assert ns.routes.topic_entries(Registrant("C", "10.0.0.1:10911", "broker-a", 0)) is None
+    assert ns.routes.registration_hints(Registrant("C", "10.0.0.1:10911", "broker-a", 0))[1] is None
     ns.register(topics=topics, counter=2)
     assert all(route_of(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": t}))["queueDatas"][0]["perm"] == 6
                for t in topics)
     # Then one topic changes with the next DataVersion: it alone is read, and answered at once.
     changed = topics[:5] + [TopicConfig("T5", 4, 4, PERM_READ)] + topics[6:]
     if fastpath.IMPLEMENTATION == "cython":  # only its scanner leaves unchanged entries out
-        previous = ns.routes.topic_entries(Registrant("C", "10.0.0.1:10911", "broker-a", 0))
+        previous = ns.routes.registration_hints(Registrant("C", "10.0.0.1:10911", "broker-a", 0))[1]
         read, _ = decode_registration(registration_body(changed, 3), previous=previous)
         assert (read.omitted, list(read.topics)) == (19, ["T5"])
     ns.register(topics=changed, counter=3)
@@ -443,11 +443,11 @@ def test_a_registration_decoded_against_entries_the_route_table_no_longer_holds_
     if fastpath.IMPLEMENTATION != "cython":
         pytest.skip("only the Cython fast path leaves topic entries out")
     ns.register(topics=("T1", "T2"), counter=1)
-    offered = ns.routes.topic_entries(Registrant("C", "10.0.0.1:10911", "broker-a", 0))
+    offered = ns.routes.registration_hints(Registrant("C", "10.0.0.1:10911", "broker-a", 0))[1]
     assert offered is not None
     # The race: the hint is taken, then an admin changes the table before the registration locks it.
     ns.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
-    monkeypatch.setattr(ns.routes, "topic_entries", lambda *identity: offered)
+    monkeypatch.setattr(ns.routes, "registration_hints", lambda *identity: (None, offered))
     assert ns.register(topics=("T1", "T2"), counter=2).code == ResponseCode.SUCCESS
     assert route_of(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T1"}))["queueDatas"][0]["perm"] == 6
 

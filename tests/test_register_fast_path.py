@@ -636,3 +636,20 @@ def test_a_chunk_of_pipelined_repeated_registrations_is_answered_as_the_regular_
     chunk([9, 10, 11])
     chunk([12, 13])
     chunk([14, 15, 16], [data, with_topics(["A", "B"], 1, perm=4), data])  # one body differs
+
+
+def test_a_kept_answer_is_current_for_an_equal_outcome_and_the_same_state_read():
+    """`Replay.current`: the kept outcome itself, or one equal to it, with what the answer reads
+    unchanged; any other outcome, or a changed read, is not."""
+    from namesrv.processor.write_fast_path import Replay
+    from namesrv.protocol.route import RegisterBrokerResult
+
+    state = [1]
+    kept = RegisterBrokerResult("ha:1", "master:1")
+    replay = Replay(None, None, None, None, kept, lambda: state[0], 1, None, None, None)
+    assert replay.current(kept) and replay.current(RegisterBrokerResult("ha:1", "master:1"))
+    assert not replay.current(RegisterBrokerResult("ha:2", "master:1")) and not replay.current(None)
+    state[0] = 2
+    assert not replay.current(kept)
+    unread = replay._replace(reads=None, outcome=(True, DataVersion(1, 2)))
+    assert unread.current((True, DataVersion(1, 2))) and not unread.current((False, DataVersion(1, 2)))

@@ -62,7 +62,7 @@ class Side:
 
     def register(self, registrant: Registrant, data: bytes, filters: list[str] | None, channel: Channel) -> Any:
         """As the processor: decoded against the broker's previous entries, in full when they went stale."""
-        table, _ = decode_registration(data, previous=self.routes.topic_entries(registrant))
+        table, _ = decode_registration(data, previous=self.routes.registration_hints(registrant)[1])
         try:
             return self.routes.register(registrant, table, filters, channel, hash(data))
         except StaleTopicEntries:
@@ -219,7 +219,7 @@ def test_a_renewal_keeps_the_broker_alive_and_its_next_registration_reads_only_w
     routes = pair.renewing.routes
     live = routes.snapshot().broker_live_table[(MASTER.cluster_name, MASTER.broker_addr)]
     assert live.last_update_timestamp == pair.now and live.data_version.counter == pair.counter
-    assert routes.topic_entries(MASTER) is not None  # the next body is again read against these entries
+    assert routes.registration_hints(MASTER)[1] is not None  # the next body is again read against these entries
     pair.register(MASTER, topics=("A", "B", "C", "D"), renewed=True)  # a new topic: put as the full path puts it
     assert routes.pickup_topic_route("D") is not None
 

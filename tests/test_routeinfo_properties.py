@@ -82,7 +82,7 @@ def register(routes: RouteInfoManager, op: tuple, shortcut: bool):
     result = routes.refresh(registrant, fingerprint, via)
     if result is None:  # as the processor passes it: decoded to queue fields only
         data = RegisterBrokerBody(body, filters).encode()
-        table, _ = decode_registration(data, previous=routes.topic_entries(registrant))
+        table, _ = decode_registration(data, previous=routes.registration_hints(registrant)[1])
         try:
             result = routes.register(registrant, table, filters, via, fingerprint)
         except StaleTopicEntries:

@@ -129,8 +129,9 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
     registrant = registration.registrant
     body = request.body or b""  # bytes, or (from the reactor) a memoryview of the frame
     digest = xxh3_64_intdigest(body)
+    previous = None
     if hints:
-        stored = ctx.routes.registration_fingerprint(registrant.cluster_name, registrant.broker_addr)
+        stored, previous = ctx.routes.registration_hints(registrant)
         if registration.repeats(body, digest, stored):
             return RegistrationChange(registrant, stored)
     crc = request.body_crc32()
@@ -147,7 +148,6 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
                     registrant.broker_addr, channel, count, limit)
         return request.make_response(ResponseCode.SYSTEM_ERROR,
                                      f"register broker failed: {count} topics exceed maxTopicsPerRegistration={limit}")
-    previous = ctx.routes.topic_entries(registrant) if hints else None
     table, filter_servers = decode_registration(request.body, registration.compressed, request.version, previous)
     try:  # the topic entries left out as unchanged were checked when they came
         if registration.illegal_names is not None:

@@ -94,8 +94,14 @@ class Replay(NamedTuple):
     counted: AnswerSlot
 
     def current(self, outcome: object) -> bool:
-        """Is the kept answer the one to `outcome` (the same outcome, and the same state read besides)?"""
-        return outcome == self.outcome and (self.reads is None or self.reads() == self.state)
+        """Is the kept answer the one to `outcome` (the same outcome, and the same state read besides)?
+        (The same object is the same outcome: a master's registration result is one constant, and
+        a result's `==` is a Python call.)"""
+        kept = self.outcome
+        if outcome is not kept and outcome != kept:
+            return False
+        reads = self.reads
+        return reads is None or reads() == self.state
 
 
 #: A write answered here: (the response frame, the tally slot it is counted in, the template of its

@@ -219,21 +219,19 @@ class RouteInfoManager:
         return _NO_MASTER if broker_id == MASTER_ID else self._master_of_locked(group, registrant.cluster_name,
                                                                                   broker_id)
 
-    def topic_entries(self, registrant: Registrant) -> bytes | None:
-        """The topic entries of this master's last registration when the route table still holds
-        exactly them (no lock: a hint for `decode_registration`'s `previous`, which `register`
-        checks again under it)."""
+    def registration_hints(self, registrant: Registrant) -> tuple[Hashable | None, bytes | None]:
+        """Hints for a new registration of `registrant`, read without the lock (`refresh` and
+        `register` check what they lean on again under it): (the body fingerprint of this broker's
+        last registration, if it gave one: is `refresh` worth trying?; the topic entries of this
+        master's last registration when the route table still holds exactly them: the
+        `decode_registration` `previous` to read its body against). One lookup for both: a body
+        that is not the last one is read against the entries."""
         live = self._live.by_key.get((registrant.cluster_name, registrant.broker_addr))
-        if live is None or not self._holds_entries_locked(live, registrant, live.topic_entries):
-            return None
-        return live.topic_entries
-
-    def registration_fingerprint(self, cluster_name: str, broker_addr: str) -> Hashable | None:
-        """The body fingerprint of this broker's last registration, if it gave one (no lock: a
-        hint for whether `refresh` is worth trying, which checks again under it)."""
-        live = self._live.by_key.get((cluster_name, broker_addr))
-        registration = None if live is None else live.registration
-        return None if registration is None else registration[1]
+        if live is None:
+            return None, None
+        registration, entries = live.registration, live.topic_entries
+        return (None if registration is None else registration[1],
+                entries if self._holds_entries_locked(live, registrant, entries) else None)
 
     def _register_locked(self, registrant: Registrant, wrapper: TopicConfigSerializeWrapper | TopicQueueTable,
                          filter_server_list: list[str] | None, channel: Channel | None,
