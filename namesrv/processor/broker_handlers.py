@@ -108,8 +108,8 @@ class RegistrationChange(NamedTuple):
         if type(change) is cls:
             return change
         registrant, fingerprint, table, filter_servers = change
-        return cls(Registrant(*registrant), tuple(fingerprint), None if table is None else TopicQueueTable.from_fields(table),
-                   filter_servers)
+        return cls(Registrant(*registrant), tuple(fingerprint),
+                   None if table is None else TopicQueueTable.from_fields(table), filter_servers)
 
 
 def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel: Channel,
