@@ -15,7 +15,7 @@ from namesrv.processor.limits import topic_count_beyond
 from namesrv.protocol.codes import ResponseCode, Version
 from namesrv.protocol.command import RemotingCommand, wire_string
 from namesrv.protocol.route import KVTable, RegisterBrokerResult
-from namesrv.protocol.topic import DataVersion, TopicQueueTable, decode_registration
+from namesrv.protocol.topic import DataVersion, TopicQueueTable, data_version_of, decode_registration
 from namesrv.routeinfo import Registrant, RouteTableFull, StaleTopicEntries
 from namesrv.routeinfo.route_input import IllegalRoute, check_names, check_queues_summed
 from namesrv.routeinfo.zones import ZONE_NAME
@@ -84,12 +84,6 @@ class RegistrationHeader(NamedTuple):
 #: guard against accidental equality: a broker can only ever collide with its own previous
 #: registration, and whatever it sends is taken as its topic table anyway.
 Fingerprint = tuple[int, int, int, bool, bool, bool]
-
-
-def _data_version(version: DataVersion | list[int] | None) -> DataVersion | None:
-    """A change's DataVersion as `prepare` decoded it, also after the write log's round trip (which
-    makes it a list)."""
-    return version if version is None or type(version) is DataVersion else DataVersion(*version)
 
 
 class RegistrationChange(NamedTuple):
@@ -255,7 +249,7 @@ def _prepare_data_version_query(ctx: HandlerContext, request: RemotingCommand, c
 def _apply_data_version_query(ctx: HandlerContext, change: Change,
                               channel: Channel) -> tuple[bool, DataVersion | None]:
     cluster_name, broker_addr, version = change
-    return ctx.routes.query_data_version(cluster_name, broker_addr, _data_version(version))
+    return ctx.routes.query_data_version(cluster_name, broker_addr, data_version_of(version))
 
 
 def _answer_data_version_query(ctx: HandlerContext, request: RemotingCommand,

@@ -64,6 +64,12 @@ class DataVersion(NamedTuple):
         return cls.from_dict(jsonbody.loads(data, "DataVersion"))
 
 
+def data_version_of(fields: DataVersion | list[int] | None) -> DataVersion | None:
+    """The DataVersion whose fields are `fields` (None: none): as decoded, or after the write log's
+    round trip (which makes it a list)."""
+    return fields if fields is None or type(fields) is DataVersion else DataVersion(*fields)
+
+
 @dataclass(slots=True)
 class TopicConfig:
     """One topic of a broker's topic table."""
@@ -257,8 +263,7 @@ class TopicQueueTable(NamedTuple):
         """The table whose fields are `fields` (a table after the write log's round trip: a list,
         its DataVersion a list too)."""
         topics, data_version, mappings, *rest = fields
-        return cls(topics, data_version if type(data_version) is DataVersion else DataVersion(*data_version),
-                   mappings, *rest)
+        return cls(topics, data_version_of(data_version), mappings, *rest)
 
     @classmethod
     def from_dict(cls, obj: Any) -> TopicQueueTable:
