@@ -269,7 +269,8 @@ def _prepare_heartbeat(ctx: HandlerContext, request: RemotingCommand, channel: C
 
 
 def _apply_heartbeat(ctx: HandlerContext, change: Change, channel: Channel) -> None:
-    ctx.routes.update_broker_timestamp(*change)
+    # Indexed, not `*change`: a call with unpacked arguments copies the key into a new tuple first.
+    ctx.routes.update_broker_timestamp(change[0], change[1])
 
 
 broker_heartbeat = WriteHandler(_prepare_heartbeat, _apply_heartbeat, replayable=every_change)
