@@ -25,7 +25,10 @@ CPU per answered request, and the run starts with the machine (CPU model, Python
 
 With several targets (namesrv and the Java NameServer of ../shared/rocketmq-4.9.8) the searches
 advance in lockstep, one step of each in turn, so drifts of a shared host spread over both; the
-result prints each knee, CPU and RSS per answered request, and the ratio of the knees.
+result prints each knee, CPU and RSS per answered request, and the ratio of the knees. Every step
+starts once all the servers are idle (`settle`: they are pinned to the same CPUs, and a server
+overloaded by its step drains its backlog for seconds after it); a wait of more than a second is
+printed, and each step's meta.json says what it waited.
 Ctrl-C ends the step that runs (kept, marked partial, not judged) and the search, and still writes
 what was found. `python -m bench report OUT` then draws the curves.
 """
@@ -36,7 +39,7 @@ import json
 import logging
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -44,7 +47,7 @@ from bench.heartbeat_storm import INTERRUPTED, StormSettings, build_parser, run_
 from bench.lib import cli
 from bench.lib.fleet import HEARTBEAT, FleetShape
 from bench.lib.output import machine, machine_line
-from bench.lib.servers import Target, open_targets
+from bench.lib.servers import QUIET_WINDOW_S, Quiet, Target, open_targets, servers_cpu_seconds, settle
 from bench.lib.verdict import Judgement, Knee, Slo, StepFacts, find_knee, judge, rate_outcomes, slo_latency_ms, \
     step_facts
 from namesrv.launcher import NamesrvStartError
@@ -139,14 +142,18 @@ def scaled_fleet(fleet: FleetShape, rate: float) -> FleetShape:
                    route_poll_period_s=fleet.route_poll_period_s / factor)
 
 
-def run_step(search: Search, target: Target, base: StormSettings, out_dir: Path, rate: float) -> tuple[
-        StepFacts, Judgement]:
+def run_step(search: Search, target: Target, base: StormSettings, out_dir: Path, rate: float,
+             idle: Callable[[], Quiet] | None = None) -> tuple[StepFacts, Judgement]:
     """One storm at `rate` against `target`, judged; a generator-limited miss is run again with one
-    more generator process while --max-workers allows (both runs are kept)."""
+    more generator process while --max-workers allows (both runs are kept). Each storm starts once
+    `idle()` has waited for the servers to go idle (what it saw is in the step's meta.json)."""
     before: StepFacts | None = None
     while True:
         number = len(search.steps) + 1
         first = number == 1
+        quiet = None if idle is None else idle()
+        if quiet is not None and (not quiet.settled or quiet.waited_s > 2 * QUIET_WINDOW_S):
+            print(quiet.line(), flush=True)
         settings = replace(
             base, address=target.address, server_pid=target.pid, metrics_url=target.metrics_url, launch=None,
             echo_ok=target.implementation == "ceiling",
@@ -156,7 +163,7 @@ def run_step(search: Search, target: Target, base: StormSettings, out_dir: Path,
             extra_meta={**base.extra_meta, "saturation": {
                 "search": target.name, "implementation": target.implementation, "target": target.address,
                 "step": number, "offered_per_s": rate, "workers": search.workers, "slo": search.slo.describe(),
-                "max_rate": search.plan.max_rate}})
+                "max_rate": search.plan.max_rate}, **({} if quiet is None else {"settle": asdict(quiet)})})
         result = run_storm(settings)
         facts = step_facts(result.summary, result.resources, offered_per_s=rate, duration_s=result.duration_s,
                            workers=search.workers, slo=search.slo, partial=result.partial)
@@ -214,6 +221,7 @@ def search_all(targets: Sequence[Target], base: StormSettings, plan: SearchPlan,
                prime_s: float) -> list[Search]:
     """The searches of every target, in lockstep: a step of each in turn until all are done."""
     searches = [Search(target.name, plan, slo, base.workers, prime_s=prime_s) for target in targets]
+    servers = servers_cpu_seconds(target.pid for target in targets)
     try:
         while True:
             progressed = False
@@ -221,7 +229,7 @@ def search_all(targets: Sequence[Target], base: StormSettings, plan: SearchPlan,
                 rate = search.next_rate()
                 if rate is None:
                     continue
-                run_step(search, target, base, out_dir, rate)
+                run_step(search, target, base, out_dir, rate, lambda: settle(servers))
                 progressed = True
             if not progressed:
                 return searches

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 
 from bench import knee
 from bench.knee import CONFIRMATIONS, Search, SearchPlan, scaled_fleet
 from bench.lib.fleet import HEARTBEAT, REGISTER, ROUTE, FleetShape
-from bench.lib.servers import java_unavailable_reason
+from bench.lib.servers import QUIET_WINDOW_S, java_unavailable_reason, servers_cpu_seconds, settle
 from bench.lib.verdict import KindFacts, Slo, StepFacts, find_knee, judge, step_facts
 
 SLO = Slo(latency_ms=5.0, min_samples=10)
@@ -114,6 +116,62 @@ SEARCH_ARGS = ["--brokers", "8", "--topics", "10", "--register-period", "1", "--
                "--max-steps", "2", "--min-samples", "100", "--slo-ms", "50"]
 
 
+class FakeHost:
+    """A clock that `sleep` moves, and servers using `busy[i]` cores in the i-th window slept (then idle)."""
+
+    def __init__(self, busy: list[float]) -> None:
+        self.now = 0.0
+        self.cpu = 0.0
+        self.busy = busy
+        self.windows = 0
+
+    def sleep(self, seconds: float) -> None:
+        cores = self.busy[self.windows] if self.windows < len(self.busy) else 0.0
+        self.windows += 1
+        self.now += seconds
+        self.cpu += cores * seconds
+
+    def settle(self, **limits: float):
+        return settle(lambda: self.cpu, clock=lambda: self.now, sleep=self.sleep, **limits)
+
+
+def test_settle_waits_one_window_when_the_servers_are_idle():
+    host = FakeHost([0.02])
+    quiet = host.settle(threshold_cores=0.1, window_s=0.5, max_wait_s=30)
+    assert (quiet.settled, host.windows, quiet.waited_s) == (True, 1, 0.5)
+    assert quiet.cores == pytest.approx(0.02)
+
+
+def test_settle_waits_until_a_backlog_drains():
+    host = FakeHost([1.0, 0.52, 0.3, 0.04])  # a server draining what an overloaded step left
+    quiet = host.settle(threshold_cores=0.1, window_s=0.5, max_wait_s=30)
+    assert (quiet.settled, host.windows, quiet.waited_s) == (True, 4, 2.0)
+    assert "waited 2.0 s" in quiet.line()
+
+
+def test_settle_gives_up_at_its_limit_and_says_the_step_shares_the_cpu():
+    host = FakeHost([0.5] * 1000)
+    quiet = host.settle(threshold_cores=0.1, window_s=0.5, max_wait_s=3)
+    assert (quiet.settled, host.windows, quiet.waited_s) == (False, 6, 3.0)
+    assert quiet.cores == pytest.approx(0.5) and "still busy" in quiet.line()
+
+
+@pytest.mark.timeout(60)
+def test_settle_reads_real_processes_cpu():
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 30\nwhile time.time() < end: pass"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        spinning = settle(servers_cpu_seconds([busy.pid, 0]), threshold_cores=0.05, window_s=0.5, max_wait_s=1.0)
+        assert not spinning.settled and spinning.cores > 0.1, spinning
+        sleeping = settle(servers_cpu_seconds([idle.pid]), threshold_cores=0.05, window_s=0.5, max_wait_s=10.0)
+        assert sleeping.settled, sleeping
+    finally:
+        busy.kill()
+        idle.kill()
+        busy.wait()
+        idle.wait()
+
+
 @pytest.mark.timeout(120)
 def test_a_real_search_writes_every_step_and_its_knee_matches_the_rule_on_the_runs(tmp_path, capsys):
     code = knee.main(["--launch", "--out", str(tmp_path), *SEARCH_ARGS])
@@ -136,6 +194,7 @@ def test_a_real_search_writes_every_step_and_its_knee_matches_the_rule_on_the_ru
         meta = json.loads((tmp_path / "namesrv" / step["run_id"] / "meta.json").read_text())
         assert meta["saturation"]["search"] == "namesrv" and meta["server"]["implementation"] == "namesrv"
         assert meta["saturation"]["offered_per_s"] == step["offered_per_s"] and meta["partial"] is False
+        assert meta["settle"]["waited_s"] >= QUIET_WINDOW_S and set(meta["settle"]) == {"waited_s", "cores", "settled"}
         again = step_facts(meta["summary"], [], offered_per_s=step["offered_per_s"], duration_s=meta["duration_s"],
                            workers=meta["load"]["workers"], slo=slo)
         assert again.answered_per_s == pytest.approx(step["answered_per_s"])

@@ -12,6 +12,9 @@
 * Cores (`core_plan`, `pin`): on a host with few cores the server under test and the generator each
   get CPUs of their own, the same ones for every target, so a knee measures the server and not
   their fight for the same core.
+* Quiet (`settle`): the targets share those CPUs, so a step starts only once every server is idle:
+  a server overloaded by its own step (Java's first knee step, offered 5,000/s) drains its backlog
+  for seconds after it, on the CPU of the next target's step.
 """
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,6 +168,54 @@ def listening_pid(port: int) -> int | None:
     except (psutil.Error, OSError):
         pass
     return None
+
+
+# ---------------------------------------------------------------- quiet
+
+#: A server is idle below this share of a core (namesrv's expiry scan and Java's timers stay under it).
+QUIET_CORES = 0.10
+#: Measured over windows of this many seconds...
+QUIET_WINDOW_S = 0.5
+#: ...for at most this long (then the step starts anyway, and says so).
+QUIET_MAX_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """What `settle` saw: how long it waited, the cores the servers used in its last window, and
+    whether that was under the threshold (False: it gave up at its limit)."""
+
+    waited_s: float
+    cores: float
+    settled: bool
+
+    def line(self) -> str:
+        if self.settled:
+            return f"  waited {self.waited_s:.1f} s for the servers to go idle"
+        return (f"  the servers were still busy after {self.waited_s:.1f} s ({self.cores:.2f} of a core): "
+                "this step shares its CPU with them")
+
+
+def settle(cpu_seconds: Callable[[], float], threshold_cores: float = QUIET_CORES,
+           window_s: float = QUIET_WINDOW_S, max_wait_s: float = QUIET_MAX_WAIT_S,
+           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> Quiet:
+    """Wait until the servers whose CPU seconds so far `cpu_seconds()` returns use less than
+    `threshold_cores` over a window of `window_s`, or `max_wait_s` has passed (at least one window)."""
+    started = clock()
+    while True:
+        cpu_before, before = cpu_seconds(), clock()
+        sleep(window_s)
+        cores = (cpu_seconds() - cpu_before) / max(clock() - before, 1e-9)
+        waited = clock() - started
+        if cores < threshold_cores or waited >= max_wait_s:
+            return Quiet(waited, cores, cores < threshold_cores)
+
+
+def servers_cpu_seconds(pids: Iterable[int]) -> Callable[[], float]:
+    """The CPU seconds so far of the process trees of `pids` (0: a server whose process is unknown,
+    left out), as a call for `settle`."""
+    processes = [psutil.Process(pid) for pid in pids if pid]
+    return lambda: sum(tree_cpu_seconds(process) for process in processes)
 
 
 # ---------------------------------------------------------------- cores
