@@ -13,8 +13,8 @@
   get CPUs of their own, the same ones for every target, so a knee measures the server and not
   their fight for the same core.
 * Quiet (`settle`): the targets share those CPUs, so a step starts only once every server is idle:
-  a server overloaded by its own step (Java's first knee step, offered 5,000/s) drains its backlog
-  for seconds after it, on the CPU of the next target's step.
+  a server overloaded by its own step (Java's first knee step, far past its knee) drains its
+  backlog for seconds after it, on the CPU of the next target's step.
 """
 from __future__ import annotations
 
