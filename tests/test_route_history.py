@@ -69,6 +69,25 @@ def test_each_write_records_its_cause_per_topic_and_a_refresh_records_nothing(cl
     assert [e.seq for e in history.stream(4)] == [5, 6] and [e.seq for e in history.stream(0, 2)] == [5, 6]
 
 
+class _TickingClock(Clock):
+    """A clock a millisecond later at every reading."""
+
+    def __call__(self) -> int:
+        self.now += 1
+        return self.now
+
+
+def test_a_registrations_event_has_the_time_its_live_entry_has() -> None:
+    """One clock reading a registration: its event's time is the broker's last refresh, however
+    long the write took."""
+    routes, history = watched(_TickingClock())
+    register(routes, topics=("T1", "T2"), via=channel(1))
+    register(routes, topics=("T1", "T3"), counter=2, via=channel(1))
+    live = routes._live.by_key[("DefaultCluster", "10.0.0.1:10911")]
+    first, second = history.stream()
+    assert second.at_ms == live.last_update_timestamp and first.at_ms < second.at_ms
+
+
 def test_a_slave_leaving_is_in_the_stream_though_no_topic_changed(clock) -> None:
     routes, history = watched(clock)
     register(routes, topics=("T1", "T2"), via=channel(1))
@@ -325,7 +344,7 @@ class _Peer:
 def _recounted(history: h.RouteHistory) -> dict[str, object]:
     """The history's accounting worked out afresh from what it holds."""
     ring = list(history._ring)
-    seqs = [record[h.SEQ] for record in ring]
+    seqs = [record[h.HEAD][h.SEQ] for record in ring]
     refs: dict[int, int] = {}
     for head, _ in history._losses.values():
         refs[head[h.SEQ]] = refs.get(head[h.SEQ], 0) + 1

@@ -23,12 +23,12 @@ What is kept, within `routeHistoryMaxBytes` (README: "Why has this topic no rout
   their route longest ago are forgotten first (a dict update a topic, paid only by losses).
 Each answer says from when on what it holds is complete.
 
-The ring holds one flat tuple per report (`Record`: the event's fields, the report's, then its
-topics), not an object per event: a tuple of strings and numbers is untracked by the garbage
-collector once a collection has seen it, where an event object, its list of reports and their
-nested tuples stay tracked for as long as the ring holds them, so every collection walked tens of
-thousands of them while a fleet churned, and freeing the oldest one freed five objects. Readers
-get `RouteEvent` objects made from the records when they ask.
+The ring holds one tuple per report (`Record`: its event's fields, shared by the event's reports,
+the report's own, and its topics), not an object per event: a tuple of strings, numbers and such
+tuples is untracked by the garbage collector once a collection has seen it, where an event object
+and its list of reports stay tracked for as long as the ring holds them, so every collection
+walked tens of thousands of them while a fleet churned. Readers get `RouteEvent` objects made from
+the records when they ask.
 """
 from __future__ import annotations
 
@@ -86,17 +86,16 @@ FORMAT = 2
 MAX_NAME = 1024
 
 
-#: A report as the ring holds it: the event's fields (`HEAD` of them, `RouteEvent`'s first ten, in its
-#: order), then whether the report's topics kept their entry, what the budget charges for the report,
-#: how many topics it reported, and the topics kept (from `TOPICS` on). An event is its consecutive
-#: records of one `seq`; an event that changed no topic (a slave leaving) is one record of none.
+#: A report as the ring holds it: its event's fields (a `Head`, the one object of each of the event's
+#: records), whether the report's topics kept their entry, what the budget charges for the report, how
+#: many topics it reported, and the topics kept (a tuple). An event is its consecutive records of one
+#: `Head`; an event that changed no topic (a slave leaving) is one record of none.
 Record = tuple
-SEQ, AT, KIND, BROKER_NAME = 0, 1, 2, 4
-HEAD = 10
-PRESENT, CHARGED, REPORTED, TOPICS = 10, 11, 12, 13
-#: The event fields of a record: seq, at_ms, kind, cluster, broker_name, broker_id, broker_addr, peer,
-#: last_refresh_ms, timeout_ms.
+HEAD, PRESENT, CHARGED, REPORTED, TOPICS = 0, 1, 2, 3, 4
+#: An event's fields, `RouteEvent`'s first ten in its order: seq, at_ms, kind, cluster, broker_name,
+#: broker_id, broker_addr, peer, last_refresh_ms, timeout_ms.
 Head = tuple
+SEQ, AT, KIND, BROKER_NAME = 0, 1, 2, 4
 
 
 @dataclass(slots=True, eq=False)
@@ -126,8 +125,8 @@ class RouteEvent:
     @classmethod
     def of(cls, records: list[Record]) -> RouteEvent:
         """The event of its records in the ring."""
-        return cls(*records[0][:HEAD], parts=[(record[TOPICS:], record[PRESENT], record[CHARGED])
-                                              for record in records if len(record) > TOPICS],
+        return cls(*records[0][HEAD], parts=[(record[TOPICS], record[PRESENT], record[CHARGED])
+                                             for record in records if record[TOPICS]],
                    topics=sum(record[REPORTED] for record in records))
 
     def sample(self, count: int = 5) -> list[str]:
@@ -223,11 +222,12 @@ class RouteHistory:
 
     def cause(self, kind: str, cluster: str | None = None, broker_addr: str | None = None,
               broker_name: str | None = None, broker_id: int | None = None, channel: Channel | None = None,
-              live: BrokerLiveInfo | None = None, peer: str | None = None) -> None:
+              live: BrokerLiveInfo | None = None, peer: str | None = None, at_ms: int | None = None) -> None:
         """A write that may change routes starts (a registration: called on each, so it only notes
-        its arguments). A broker's removal is news even when it changes no topic (a slave leaving):
-        its event is made at once; any other only once a route changed."""
-        self._pending = (kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer)
+        its arguments), at `at_ms` (None: the clock's time when it changes a route; a write that read
+        the clock already passes its reading). A broker's removal is news even when it changes no
+        topic (a slave leaving): its event is made at once; any other only once a route changed."""
+        self._pending = (kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer, at_ms)
         self._head = None
         if kind in REMOVALS:
             try:
@@ -261,13 +261,15 @@ class RouteHistory:
 
     def _event(self) -> Head:
         """The pending cause's event fields, under the next number."""
-        kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer = self._pending
+        kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer, at_ms = self._pending
         if peer is None:
             via = channel if channel is not None else None if live is None else live.channel
             peer = None if via is None else via.remote_addr or str(via)
+        if at_ms is None:
+            at_ms = self._clock() if self._clock is not None else 0
         self._seq += 1
-        return (self._seq, self._clock() if self._clock is not None else 0, kind, cluster, broker_name, broker_id,
-                broker_addr, peer, None if live is None else live.last_update_timestamp,
+        return (self._seq, at_ms, kind, cluster, broker_name, broker_id, broker_addr, peer,
+                None if live is None else live.last_update_timestamp,
                 None if live is None else live.heartbeat_timeout_millis)
 
     def _record(self, head: Head, topics: Collection[str]) -> None:
@@ -285,10 +287,10 @@ class RouteHistory:
             while len(kept) > 1 and charged > self.max_bytes // 2:
                 kept = kept[:len(kept) // 2]  # one write's report keeps at most half the budget; its losses keep the rest
                 charged = part_bytes(kept, present)
-            self._ring.append((*head, present, charged, len(reported), *kept))
+            self._ring.append((head, present, charged, len(reported), kept))
         else:
             charged = 0
-            self._ring.append((*head, True, 0, 0))
+            self._ring.append((head, True, 0, 0, ()))
         if self._head is not head:  # its first record
             self._head = head
             self._events += 1
@@ -329,7 +331,7 @@ class RouteHistory:
         limit = self.max_bytes
         while self._ring_bytes + self._loss_bytes > limit:
             head = self._head
-            if self._loss_bytes > limit // 2 or not ring or head is not None and ring[0][SEQ] == head[SEQ]:
+            if self._loss_bytes > limit // 2 or not ring or ring[0][HEAD] is head:
                 if not self._losses:
                     return  # the write under way alone: forgotten from the next one on
                 topic, (head, _) = self._losses.popitem(last=False)
@@ -339,9 +341,10 @@ class RouteHistory:
                 self.losses_since_ms = max(self.losses_since_ms, head[AT])
                 continue
             record = ring.popleft()
-            seq = record[SEQ]
+            head = record[HEAD]
+            seq = head[SEQ]
             charged, topics = EVENT_BYTES + record[CHARGED], record[REPORTED]
-            while ring and ring[0][SEQ] == seq:  # the event's other reports
+            while ring and ring[0][HEAD] is head:  # the event's other reports
                 more = ring.popleft()
                 charged += more[CHARGED]
                 topics += more[REPORTED]
@@ -351,15 +354,15 @@ class RouteHistory:
             if seq in self._loss_refs:
                 self._forgotten_topics[seq] = topics
                 self._loss_bytes += EVENT_BYTES
-            if record[AT] > self.events_since_ms:
-                self.events_since_ms = record[AT]
+            if head[AT] > self.events_since_ms:
+                self.events_since_ms = head[AT]
 
     def _loss_event(self, head: Head) -> RouteEvent:
         """The event of a topic's last loss: from the ring while it holds it, else its fields alone."""
         seq = head[SEQ]
         if seq >= self._kept_from:
             for records in _events_of(reversed(self._ring)):
-                if records[0][SEQ] == seq:
+                if records[0][HEAD][SEQ] == seq:
                     return RouteEvent.of(records[::-1])
         return RouteEvent(*head, parts=None, topics=self._forgotten_topics.get(seq, 0))
 
@@ -371,7 +374,7 @@ class RouteHistory:
             more = False
             for records in _events_of(reversed(self._ring)):  # newest first, each event's records too
                 # whether the topic kept its entry after the event: its newest report naming it says
-                present = next((record[PRESENT] for record in records if topic in record[TOPICS:]), None)
+                present = next((record[PRESENT] for record in records if topic in record[TOPICS]), None)
                 if present is not None:
                     if len(found) == TOPIC_EVENTS:
                         more = True
@@ -391,10 +394,9 @@ class RouteHistory:
         with self._lock:
             events = 0
             for record in reversed(self._ring):
-                seq = record[SEQ]
-                if seq <= after_seq:
+                if record[HEAD][SEQ] <= after_seq:
                     break
-                if not taken or taken[-1][SEQ] != seq:
+                if not taken or taken[-1][HEAD] is not record[HEAD]:
                     if events == limit:
                         break
                     events += 1
@@ -415,7 +417,7 @@ class RouteHistory:
         """Everything, as msgpack (`decode` reads it back): a header, each topic name once, each event
         (those out of the ring without their topics), each topic's last loss."""
         with self._lock:
-            held = {records[0][SEQ]: RouteEvent.of(records) for records in _events_of(self._ring)}
+            held = {records[0][HEAD][SEQ]: RouteEvent.of(records) for records in _events_of(self._ring)}
             for head, _ in self._losses.values():
                 if head[SEQ] not in held:
                     held[head[SEQ]] = self._loss_event(head)
@@ -479,13 +481,13 @@ class RouteHistory:
                     reader.header(2)
                     reported = tuple(names[reader.index(name_count)] for _ in range(reader.header()))
                     present = reader.boolean()
-                    records.append((*head, present, part_bytes(reported, present), len(reported), *reported))
+                    records.append((head, present, part_bytes(reported, present), len(reported), reported))
                     charge(PART_BYTES + 8 * len(reported))
                 if not records:
-                    records.append((*head, True, 0, 0))
+                    records.append((head, True, 0, 0, ()))
                 first = records[0]  # the reports' count as saved (a report may have kept part of its topics)
                 records[0] = (*first[:REPORTED], max(0, topic_counts[number] - sum(r[REPORTED] for r in records[1:])),
-                              *first[TOPICS:])
+                              first[TOPICS])
                 ring.extend(records)
             losses: OrderedDict[str, tuple[Head, bool]] = OrderedDict()
             for _ in range(loss_count):
@@ -500,19 +502,19 @@ class RouteHistory:
             self._seq, self.started_ms = int(seq), int(started)
             self.events_since_ms, self.losses_since_ms = int(events_since), int(losses_since)
             self.forgotten_losses = int(forgotten)
-            self._kept_from = ring[0][SEQ] if ring else max(heads, default=0) + 1
+            self._kept_from = ring[0][HEAD][SEQ] if ring else max(heads, default=0) + 1
             refs = self._loss_refs = {}
             for head, _ in losses.values():
                 refs[head[SEQ]] = refs.get(head[SEQ], 0) + 1
             self._forgotten_topics = {number: topic_counts[number] for number in refs if number < self._kept_from}
-            self._events = len({record[SEQ] for record in ring})
+            self._events = len({record[HEAD][SEQ] for record in ring})
             self._ring_bytes = EVENT_BYTES * self._events + sum(record[CHARGED] for record in ring)
             self._loss_bytes = sum(LOSS_BYTES + NAME_BYTES + len(topic) for topic in losses) + \
                 EVENT_BYTES * len(self._forgotten_topics)
             if restarted_at_ms is not None:
                 self._seq += 1
-                self._ring.append((self._seq, restarted_at_ms, RESTARTED, None, None, None, None, None, saved_at_ms,
-                                   None, True, 0, 0))
+                self._ring.append(((self._seq, restarted_at_ms, RESTARTED, None, None, None, None, None, saved_at_ms,
+                                    None), True, 0, 0, ()))
                 self._events += 1
                 self._ring_bytes += EVENT_BYTES
             self._fit()
@@ -522,7 +524,7 @@ def _events_of(records: Iterable[Record]) -> Iterator[list[Record]]:
     """Consecutive records of one event, as lists, in the order given."""
     group: list[Record] = []
     for record in records:
-        if group and group[0][SEQ] != record[SEQ]:
+        if group and group[0][HEAD] is not record[HEAD]:
             yield group
             group = []
         group.append(record)

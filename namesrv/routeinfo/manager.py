@@ -75,6 +75,10 @@ class RouteTableFull(Exception):
     """A registration would pass maxBrokers or maxQueueDatas: refused before it changes anything."""
 
 
+def _no_history(*cause: Any, **at: Any) -> None:
+    """`RouteInfoManager._cause` while no history watches."""
+
+
 class RouteInfoManager:
     """Brokers, their topics and liveness; answers every route and topic-list query."""
 
@@ -100,6 +104,9 @@ class RouteInfoManager:
         self.min_broker_id_listener: Callable[[MinBrokerIdChange], None] | None = None
         #: Told the cause and topics of every route change (`watch_routes`), under the write lock.
         self.route_events: events.RouteHistory | None = None
+        #: A write that may change routes starts (`RouteHistory.cause`'s arguments): the history's own
+        #: method once one watches, called without a step between.
+        self._cause: Callable[..., None] = _no_history
 
     @property
     def config(self) -> NamesrvConfig:
@@ -109,12 +116,8 @@ class RouteInfoManager:
         """From now on, tell `history` what causes each route change and which topics it changed."""
         history.bind(self._queues.by_topic, self._clock)
         self.route_events = history
+        self._cause = history.cause
         self._changes.listener = history.changed
-
-    def _cause(self, *cause: Any) -> None:
-        """A write that may change routes starts (`RouteHistory.cause`'s arguments)."""
-        if self.route_events is not None:
-            self.route_events.cause(*cause)
 
     @property
     def route_changes(self) -> int:
@@ -254,6 +257,7 @@ class RouteInfoManager:
                         broker_name, broker_id, broker_addr, list(topics))
             return None
         self._check_room_locked(key, broker_name, topics)
+        now = self._clock()  # the registration's time: the live entry's and its event's
         if omitted and self._renews_only_locked(previous, registrant, group, decoded, key, filter_server_list,
                                                 channel):
             # Steps 1-9, 12 and 13 would leave every table as it is: step 10 puts the entries that
@@ -262,17 +266,17 @@ class RouteInfoManager:
             # reports: a renewal of unchanged entries reports none, and every write that does names
             # its own cause first. (`refreshed` may stay: its epoch is before this write.)
             if topics:
-                self._cause(events.REGISTERED, cluster_name, broker_addr, broker_name, broker_id, channel)
+                self._cause(events.REGISTERED, cluster_name, broker_addr, broker_name, broker_id, channel, at_ms=now)
                 self._apply_topic_configs(broker_name, topics, len(topics) + omitted, {}, register_first=False,
                                           version_changed=True, wipe_write=False)
                 previous.queue_changes_seen = self._queues.changes_of(broker_name)
-            previous.last_update_timestamp = self._clock()
+            previous.last_update_timestamp = now
             previous.data_version = decoded.data_version
             previous.registration = registration
             previous.topic_entries = decoded.entries
             self.registrations["applied"] += 1
             return _NO_MASTER
-        self._cause(events.REGISTERED, cluster_name, broker_addr, broker_name, broker_id, channel)
+        self._cause(events.REGISTERED, cluster_name, broker_addr, broker_name, broker_id, channel, at_ms=now)
         names = self._clusters.get(cluster_name)  # step 1
         if names is None:
             names = self._clusters[cluster_name] = set()
@@ -322,7 +326,7 @@ class RouteInfoManager:
         entries = decoded.entries if decoded is not None and is_master and (register_first or version_changed) \
             else None
         self._live.set(key, BrokerLiveInfo(  # step 11
-            self._clock(), DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if heartbeat_timeout_millis is None
+            now, DEFAULT_BROKER_CHANNEL_EXPIRED_TIME if heartbeat_timeout_millis is None
             else heartbeat_timeout_millis, wrapper.data_version, channel, ha_server_addr, registration,
             is_master or is_prime_slave, self._queues.changes_of(broker_name), entries))
         if previous is None:
