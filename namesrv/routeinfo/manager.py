@@ -75,7 +75,7 @@ class RouteTableFull(Exception):
     """A registration would pass maxBrokers or maxQueueDatas: refused before it changes anything."""
 
 
-def _no_history(*cause: Any, **at: Any) -> None:
+def _no_history(*cause: Any, **named: Any) -> None:
     """`RouteInfoManager._cause` while no history watches."""
 
 
