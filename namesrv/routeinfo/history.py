@@ -242,15 +242,18 @@ class RouteHistory:
         pending = self._pending
         if pending is None or pending[0] == TABLES_REPLACED:
             return
+        lock = self._lock
+        lock.acquire()  # not `with`: see namesrv.routeinfo.rwlock
         try:
-            with self._lock:
-                head = self._head
-                if head is None:
-                    self._record(self._event(), topics)
-                elif topics:
-                    self._record(head, topics)
+            head = self._head
+            if head is None:
+                self._record(self._event(), topics)
+            elif topics:
+                self._record(head, topics)
         except Exception:  # noqa: BLE001 - called inside the route table's writes: never raise into them
             self._failed()
+        finally:
+            lock.release()
 
     def _failed(self) -> None:
         self.failures += 1

@@ -187,11 +187,14 @@ class RouteInfoManager:
             if result is None:
                 return None
             live.last_update_timestamp = self._clock()
-            with lock.mutex:
+            lock.mutex.acquire()  # not `with`: see namesrv.routeinfo.rwlock
+            try:
                 if lock.epoch == epoch:
                     live.refreshed = (epoch, registrant, fingerprint, result)
                     self.registrations["unchanged"] += 1
                     return result
+            finally:
+                lock.mutex.release()
         with lock.write:
             live = self._live.by_key.get(key)
             result = None if live is None else self._refreshable(live, registrant, fingerprint)

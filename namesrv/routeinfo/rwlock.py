@@ -7,9 +7,11 @@ Not reentrant: code that holds the lock calls `_locked` helpers, never the publi
 
 Every registration that reads a topic table takes the write side, so entering and leaving a side
 are one Python call each (the side's `__enter__`/`__exit__` are the implementation), over a C mutex
-held only while the counts change; the condition variable is touched only when a thread actually
-waits. An unchanged re-registration's refresh takes no side: it checks `epoch` (a seqlock's count
-of writes) under the mutex instead (`RouteInfoManager.refresh`).
+held only while the counts change, taken with `acquire` and `release` in a `try` (a `with` on it
+costs about as much again: the statement looks both methods up and calls `__exit__` with three
+arguments); the condition variable is touched only when a thread actually waits. An unchanged
+re-registration's refresh takes no side: it checks `epoch` (a seqlock's count of writes) under the
+mutex instead (`RouteInfoManager.refresh`).
 """
 from __future__ import annotations
 
@@ -67,18 +69,24 @@ class _ReadSide:
         self._mutex = lock.mutex
 
     def __enter__(self) -> None:
-        lock = self._lock
-        with self._mutex:
+        lock, mutex = self._lock, self._mutex
+        mutex.acquire()
+        try:
             while lock._writer or lock._writers_waiting:
                 lock._wait()
             lock._readers += 1
+        finally:
+            mutex.release()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        lock = self._lock
-        with self._mutex:
+        lock, mutex = self._lock, self._mutex
+        mutex.acquire()
+        try:
             lock._readers -= 1
             if lock._readers == 0 and lock._waiters:
                 lock._cond.notify_all()
+        finally:
+            mutex.release()
 
 
 class _WriteSide:
@@ -89,8 +97,9 @@ class _WriteSide:
         self._mutex = lock.mutex
 
     def __enter__(self) -> None:
-        lock = self._lock
-        with self._mutex:
+        lock, mutex = self._lock, self._mutex
+        mutex.acquire()
+        try:
             if lock._writer or lock._readers:
                 lock._writers_waiting += 1
                 try:
@@ -100,11 +109,16 @@ class _WriteSide:
                     lock._writers_waiting -= 1
             lock._writer = True
             lock.epoch += 1
+        finally:
+            mutex.release()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        lock = self._lock
-        with self._mutex:
+        lock, mutex = self._lock, self._mutex
+        mutex.acquire()
+        try:
             lock._writer = False
             lock.epoch += 1
             if lock._waiters:
                 lock._cond.notify_all()
+        finally:
+            mutex.release()
