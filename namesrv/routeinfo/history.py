@@ -344,10 +344,10 @@ class RouteHistory:
                 self.losses_since_ms = max(self.losses_since_ms, head[AT])
                 continue
             record = ring.popleft()
-            head = record[HEAD]
-            seq = head[SEQ]
+            oldest = record[HEAD]
+            seq = oldest[SEQ]
             charged, topics = EVENT_BYTES + record[CHARGED], record[REPORTED]
-            while ring and ring[0][HEAD] is head:  # the event's other reports
+            while ring and ring[0][HEAD] is oldest:  # the event's other reports
                 more = ring.popleft()
                 charged += more[CHARGED]
                 topics += more[REPORTED]
@@ -357,8 +357,8 @@ class RouteHistory:
             if seq in self._loss_refs:
                 self._forgotten_topics[seq] = topics
                 self._loss_bytes += EVENT_BYTES
-            if head[AT] > self.events_since_ms:
-                self.events_since_ms = head[AT]
+            if oldest[AT] > self.events_since_ms:
+                self.events_since_ms = oldest[AT]
 
     def _loss_event(self, head: Head) -> RouteEvent:
         """The event of a topic's last loss: from the ring while it holds it, else its fields alone."""
