@@ -88,6 +88,56 @@ def test_a_registrations_event_has_the_time_its_live_entry_has() -> None:
     assert second.at_ms == live.last_update_timestamp and first.at_ms < second.at_ms
 
 
+def copies(names, queues: int = 4) -> tuple[str, ...] | tuple[TopicConfig, ...]:
+    """Equal strings that are not `names`' objects (or with `queues`: such topics' configurations)."""
+    names = tuple(name.encode().decode() for name in names)
+    return names if queues is None else tuple(TopicConfig(name, queues, 4) for name in names)
+
+
+def test_a_report_the_queue_table_stored_is_recorded_as_the_table_itself_would_say(clock) -> None:
+    """The queue table's puts tell the history their topics hold the entry and are the table's own
+    strings (`stored`), so it asks the table nothing: a twin told nothing of it, given copies of
+    the names, asks, interns, and must hold the same records and losses."""
+    routes, history = watched(clock, max_bytes=6000)  # small: the ring forgets and the losses are fitted too
+    twin = h.RouteHistory(6000)
+    twin.bind(routes._queues.by_topic, clock)
+    told: list[bool] = []
+
+    def cause(*args, **named) -> None:
+        history.cause(*args, **named)
+        twin.cause(*args, **named)
+
+    def changed(topics, stored=False) -> None:
+        told.append(stored)
+        history.changed(topics, stored)
+        twin.changed(copies(topics, None))  # equal strings, not the table's
+
+    routes._cause, routes._changes.listener = cause, changed
+    names = tuple(f"topic-{i}" for i in range(12))
+    for counter in range(1, 9):  # each registration with its own copies of the names, as decoded
+        queues = 4 + counter % 2  # every other one changes the topics the broker had
+        register(routes, topics=copies(names[counter % 3:counter % 3 + 6], queues), counter=counter, via=channel(1))
+        register(routes, name="broker-b", addr="10.0.0.2:10911", topics=copies(names[counter % 5:], queues),
+                 counter=counter, via=channel(2))
+        clock.advance(1000)
+        assert_the_tables_names(routes, history, twin)
+    routes.wipe_write_perm_of_broker("broker-a", ADMIN)
+    routes.add_write_perm_of_broker("broker-a", ADMIN)
+    routes.delete_topic(names[4], requester=ADMIN)
+    routes.on_channel_destroy(channel(2))
+    assert True in told and False in told and history.failures == twin.failures == 0
+    assert list(history._ring) == list(twin._ring) and history._losses == twin._losses
+    assert history.usage() == twin.usage() and history.encode() == twin.encode()
+    assert_the_tables_names(routes, history, twin)
+
+
+def assert_the_tables_names(routes: RouteInfoManager, *histories: h.RouteHistory) -> None:
+    """The histories' rings name topics by the route table's own strings (or, lost, by names it no longer holds)."""
+    table = {topic: topic for topic in routes._queues.by_topic}
+    for held in histories:
+        assert all(topic is table[topic] for record in held._ring for topic in record[h.TOPICS] if topic in table)
+
+
 def test_a_slave_leaving_is_in_the_stream_though_no_topic_changed(clock) -> None:
     routes, history = watched(clock)
     register(routes, topics=("T1", "T2"), via=channel(1))
@@ -133,7 +183,7 @@ def test_one_write_larger_than_the_budget_keeps_part_of_its_report_and_never_fai
     assert history.usage()["bytes"] <= 64 * 1024
     assert kinds(history, names[-1]) == [("channel closed", "broker-big", False)]  # its last loss
     assert kinds(history, names[0]) == [("channel closed", "broker-big", False)]  # in the report's part kept
-    history.bind(None, clock)  # a broken history: the route table's writes go on
+    history.max_bytes = None  # a broken history (a budget that is no number): the route table's writes go on
     register(routes, name="broker-after", addr="10.0.0.9:10911", topics=("A1", "A2"), via=channel(9))
     assert history.failures == 1 and routes.pickup_topic_route("A1") is not None
 

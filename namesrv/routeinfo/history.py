@@ -236,9 +236,10 @@ class RouteHistory:
             except Exception:  # noqa: BLE001 - called inside the route table's writes: never raise into them
                 self._failed()
 
-    def changed(self, topics: Collection[str]) -> None:
+    def changed(self, topics: Collection[str], stored: bool = False) -> None:
         """The write under way changed these topics' routes (none named: a broker group's addresses
-        or flags changed, so every topic it serves)."""
+        or flags changed, so every topic it serves); `stored`: each was just given the entry, and
+        is named by the table's own string (namesrv.routeinfo.tables.queues.QueueTable.put_all)."""
         pending = self._pending
         if pending is None or pending[0] == TABLES_REPLACED:
             return
@@ -247,9 +248,9 @@ class RouteHistory:
         try:
             head = self._head
             if head is None:
-                self._record(self._event(), topics)
+                self._record(self._event(), topics, stored)
             elif topics:
-                self._record(head, topics)
+                self._record(head, topics, stored)
         except Exception:  # noqa: BLE001 - called inside the route table's writes: never raise into them
             self._failed()
         finally:
@@ -275,15 +276,19 @@ class RouteHistory:
                 None if live is None else live.last_update_timestamp,
                 None if live is None else live.heartbeat_timeout_millis)
 
-    def _record(self, head: Head, topics: Collection[str]) -> None:
+    def _record(self, head: Head, topics: Collection[str], stored: bool = False) -> None:
         """A record of `head`'s event at the ring's end: `topics` reported (some), or none (the
-        event's first record). The first record of an event charges the event; a report fits the budget."""
+        event's first record); `stored` as `changed` says. The first record of an event charges the
+        event; a report fits the budget."""
         if topics:
-            reported = tuple(map(sys.intern, topics))  # the table's own strings, not the request's copies
-            kind = head[KIND]
-            entries = self._by_topic.get(reported[0])
-            present = entries is not None and (kind not in GROUP_KINDS or head[BROKER_NAME] in entries)
-            if not present or kind in LOSS_KINDS:
+            if stored:  # what the table would answer below, said by the write that made it so
+                reported = tuple(topics)
+                present = True
+            else:
+                reported = tuple(map(sys.intern, topics))  # the table's own strings, not the request's copies
+                entries = self._by_topic.get(reported[0])
+                present = entries is not None and (head[KIND] not in GROUP_KINDS or head[BROKER_NAME] in entries)
+            if not present or head[KIND] in LOSS_KINDS:
                 self._lose(head, reported, present)
             kept = reported
             charged = part_bytes(kept, present)

@@ -30,16 +30,17 @@ class RouteChanges:
         self.ready = threading.Event()
         #: Told of every change, with its topics (none: a group's, every topic it serves), under the
         #: route table's write lock (namesrv.routeinfo.history).
-        self.listener: Callable[[Collection[str]], None] | None = None
+        self.listener: Callable[[Collection[str], bool], None] | None = None
 
-    def topics(self, topics: Collection[str]) -> None:
-        """These topics' routes changed."""
+    def topics(self, topics: Collection[str], stored: bool = False) -> None:
+        """These topics' routes changed; `stored`: each was just given the entry (the queue table's
+        put), and is named by the table's own string."""
         self.count += 1
         self.cache.invalidate(topics)
         if self._tracked is not None:
             self._record(topics)
         if self.listener is not None:
-            self.listener(topics)
+            self.listener(topics, stored)
 
     def group(self, serves: Callable[[str], bool], topics: Callable[[], Iterable[str]]) -> None:
         """A broker group's addresses or flags changed: every topic it serves has a new route. Only

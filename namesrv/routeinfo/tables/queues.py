@@ -113,9 +113,10 @@ class QueueTable:
         """A broker's topic table (queue fields) into `group`'s entries: each new topic, and with
         `replace` each changed one (without it existing entries stay as they are); `wipe_write`
         clears the write bit of every entry put. Returns (entries changed, of them created),
-        reported in one call. The one place entries are stored: a new topic's name is interned
-        (each registration decodes its own copy of the string, and 10 million entries of 30 groups
-        would otherwise hold 10 million strings in the group index)."""
+        reported in one call, as stored (`RouteChanges.topics`). The one place entries are stored:
+        a changed topic's name is interned (each registration decodes its own copy of the string, and
+        10 million entries of 30 groups would otherwise hold 10 million strings in the group index),
+        and the report names it so."""
         by_topic = self.by_topic
         pool = self._pool.get(group)
         if pool is None:
@@ -139,8 +140,8 @@ class QueueTable:
                     gc.collect(0)  # a young collection untracks the new tuple: the dicts it enters stay so
             elif queue is current:
                 continue  # unchanged (most topics of a new data version)
+            topic = sys.intern(topic)  # the table's own string, stored and reported
             if current is None:
-                topic = sys.intern(topic)
                 if queues is None:
                     queues = by_topic[topic] = {}
                 created.append(topic)
@@ -152,7 +153,7 @@ class QueueTable:
         if changed:
             self._pool[group] = pool
             self._group_changes[group] = self._group_changes.get(group, 0) + len(changed)
-            self._changes.topics(changed)
+            self._changes.topics(changed, stored=True)
         return len(changed), len(created)
 
     def remove(self, topic: str, group: str) -> None:
