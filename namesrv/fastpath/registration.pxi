@@ -1193,9 +1193,7 @@ def scan_registration(data, tuple table_path not None, previous):
         d.previous_run_count = records - d.previous_count
     try:
         value = _scan(data, table_path, &d, False)
-        # Every entry stepped over in place: the previous registration's keys, which were told apart.
-        if d.tables != 1 or d.escaped_key or (not d.omitted == d.count == d.previous_count
-                                              and _has_repeated_key(d.entries, d.count)):
+        if d.tables != 1 or d.escaped_key or (not _keys_as_before(&d) and _has_repeated_key(d.entries, d.count)):
             return scan_registration(data, table_path, None) if d.omitted else (_plain_or(value, table_path), None,
                                                                                  0, None)
         entries = PyBytes_FromStringAndSize(NULL, (d.count + d.run_count) * sizeof(_Entry))
@@ -1296,6 +1294,19 @@ cdef enum:
     # is the C library's (pymalloc stops at 512 bytes), and its calloc cost a broker of 100
     # topics more than the set itself.
     STACK_SET_SLOTS = 256
+
+
+cdef bint _keys_as_before(const _Digests *d) noexcept nogil:
+    """Has each entry the key digest of the previous registration's entry in its place? Then the
+    keys are that registration's, which were told apart (a new DataVersion changing values only):
+    what `_has_repeated_key` would say, without its set (the pure twin asks the set each time)."""
+    cdef Py_ssize_t i
+    if d.count != d.previous_count:
+        return False
+    for i in range(d.count):
+        if (d.entries[i].key_length ^ d.previous[i].key_length) >> ENTRY_LENGTH_BITS:
+            return False
+    return True
 
 
 cdef bint _has_repeated_key(const _Entry *entries, Py_ssize_t count) except -1:
