@@ -4,6 +4,7 @@ Sans-IO: an injected millisecond clock replaces time, so expiry is tested withou
 """
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -599,3 +600,18 @@ def test_a_refresh_over_an_equal_channel_object_takes_no_lock(routes):
     assert routes._lock.epoch == epoch  # no writer ran: both were answered without the lock
     assert routes.refresh(registrant, "body-1", channel(2)) is not None
     assert routes._lock.epoch == epoch + 2  # a moved channel: under the lock
+
+
+def test_created_topics_are_logged_at_info_and_changed_ones_only_at_debug(routes, caplog) -> None:
+    """A broker changing a topic with every DataVersion must not log at INFO each time; at DEBUG it
+    still says so (the record is only made when its level is on)."""
+    caplog.set_level(logging.INFO, logger="namesrv.routeinfo.manager")
+    register(routes, topics=("T1", "T2"), counter=1)
+    assert "broker broker-a: 2 of 2 topics created, 0 changed" in caplog.messages
+    caplog.clear()
+    register(routes, topics=(TopicConfig("T1", 2, 2), "T2"), counter=2)
+    assert not [m for m in caplog.messages if "topics created" in m]
+    caplog.set_level(logging.DEBUG, logger="namesrv.routeinfo.manager")
+    register(routes, topics=("T1", "T2"), counter=3)
+    assert [(r.levelno, r.getMessage()) for r in caplog.records if "topics created" in r.getMessage()] == [
+        (logging.DEBUG, "broker broker-a: 0 of 2 topics created, 1 changed")]

@@ -89,11 +89,15 @@ class RouteBodyCache:
                     self._drop(oldest)
 
     def invalidate(self, topics: Collection[str]) -> None:
-        """Forget the bodies of `topics`."""
-        with self._mutex:
+        """Forget the bodies of `topics` (every write that changes a route calls it)."""
+        mutex = self._mutex
+        mutex.acquire()  # not `with`: see namesrv.routeinfo.rwlock
+        try:
             for topic in topics:
                 if topic in self._entries:
                     self._drop(topic)
+        finally:
+            mutex.release()
 
     def invalidate_where(self, affected: Callable[[str], bool]) -> None:
         """Forget the bodies of every cached topic `affected` selects (a walk over cached topics only)."""
