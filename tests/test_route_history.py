@@ -188,6 +188,26 @@ def test_one_write_larger_than_the_budget_keeps_part_of_its_report_and_never_fai
     assert history.failures == 1 and routes.pickup_topic_route("A1") is not None
 
 
+def test_a_full_history_forgets_with_room_to_spare_so_the_next_writes_forget_nothing(clock) -> None:
+    routes, history = watched(clock, max_bytes=256 * 1024)  # room for about six events past its fitting
+    goal = history.max_bytes - history.max_bytes // h.FIT_SLACK
+    counter = 0
+
+    def churn() -> dict[str, int]:  # one topic's queues changed: one event, one report
+        nonlocal counter
+        counter += 1
+        register(routes, topics=(TopicConfig("T1", 1 + counter % 2, 4), "T2"), counter=counter, via=channel(1))
+        return history.usage()
+
+    while churn()["events"] == counter:  # until the first write that made it forget
+        assert counter < 2000
+    fitted = history.usage()
+    assert goal - 1024 < fitted["bytes"] <= goal
+    spare = [churn() for _ in range(3)]  # room for a few more: nothing forgotten, each write one event more
+    assert [u["events"] for u in spare] == [fitted["events"] + 1, fitted["events"] + 2, fitted["events"] + 3]
+    assert spare[-1]["eventsSince"] == fitted["eventsSince"] and spare[-1]["bytes"] <= history.max_bytes
+
+
 def test_what_the_budget_charges_is_at_least_what_the_history_allocates() -> None:
     """The charges are upper bounds (CPython 3.11): held to what tracemalloc sees the history take."""
     by_topic: dict[str, dict[str, QueueData]] = {}

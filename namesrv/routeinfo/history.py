@@ -77,6 +77,8 @@ PART_BYTES = 96
 NAME_BYTES = 56
 #: a topic's last loss: its slot in the ordered dict, plus its name (`NAME_BYTES` and its length).
 LOSS_BYTES = 128
+#: A full history forgets down to (1 - 1/FIT_SLACK) of its budget at once.
+FIT_SLACK = 64
 #: Most events `topic` returns (the newest).
 TOPIC_EVENTS = 32
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -334,10 +336,12 @@ class RouteHistory:
             self._loss_bytes -= EVENT_BYTES
 
     def _fit(self) -> None:
-        """Forget until the budget holds: losses while they take more than half of it, else the ring's oldest."""
+        """Forget until the budget holds, with `FIT_SLACK` of it to spare (the next writes then fit
+        without a call): losses while they take more than half of it, else the ring's oldest."""
         ring = self._ring
         limit = self.max_bytes
-        while self._ring_bytes + self._loss_bytes > limit:
+        goal = limit - limit // FIT_SLACK
+        while self._ring_bytes + self._loss_bytes > goal:
             head = self._head
             if self._loss_bytes > limit // 2 or not ring or ring[0][HEAD] is head:
                 if not self._losses:
