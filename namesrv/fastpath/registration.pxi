@@ -1193,7 +1193,10 @@ def scan_registration(data, tuple table_path not None, previous):
         d.previous_run_count = records - d.previous_count
     try:
         value = _scan(data, table_path, &d, False)
-        if d.tables != 1 or d.escaped_key or (not _keys_as_before(&d) and _has_repeated_key(d.entries, d.count)):
+        # Every entry stepped over in place, or each key where it was: the previous registration's
+        # keys, which were told apart (`_keys_as_before` compares them; the first needs no look).
+        if d.tables != 1 or d.escaped_key or (not d.omitted == d.count == d.previous_count and not _keys_as_before(&d)
+                                              and _has_repeated_key(d.entries, d.count)):
             return scan_registration(data, table_path, None) if d.omitted else (_plain_or(value, table_path), None,
                                                                                  0, None)
         entries = PyBytes_FromStringAndSize(NULL, (d.count + d.run_count) * sizeof(_Entry))

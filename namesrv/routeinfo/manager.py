@@ -427,11 +427,10 @@ class RouteInfoManager:
             queues.remove_topics(broker_name, [t for t in queues.topics_of(broker_name) if t not in table])
         apply_all = register_first or version_changed
         changed, created = queues.put_all(broker_name, table.values(), apply_all, wipe_write)
-        level = logging.INFO if created else logging.DEBUG
-        if changed and log.isEnabledFor(level):
-            # New topics are news; changes of existing ones can come with every registration (a broker
-            # changing a topic per DataVersion): at INFO they cost the reactor more than the registration,
-            # and even a record not made (`log.log` asks `isEnabledFor` itself) costs as much again as asking.
+        # New topics are news; changes of existing ones can come with every registration (a broker
+        # changing a topic per DataVersion): at INFO they cost the reactor more than the registration,
+        # and even a record not made (`log.log` asks `isEnabledFor` itself) costs as much again as asking.
+        if changed and log.isEnabledFor(level := logging.INFO if created else logging.DEBUG):
             log.log(level, "broker %s: %d of %d topics created, %d changed", broker_name, created, listed,
                     changed - created)
         if apply_all and mappings:
