@@ -88,10 +88,14 @@ def test_a_registrations_event_has_the_time_its_live_entry_has() -> None:
     assert second.at_ms == live.last_update_timestamp and first.at_ms < second.at_ms
 
 
-def copies(names, queues: int = 4) -> tuple[str, ...] | tuple[TopicConfig, ...]:
-    """Equal strings that are not `names`' objects (or with `queues`: such topics' configurations)."""
-    names = tuple(name.encode().decode() for name in names)
-    return names if queues is None else tuple(TopicConfig(name, queues, 4) for name in names)
+def copies(names) -> tuple[str, ...]:
+    """Equal strings that are not `names`' objects (as a registration decodes its own)."""
+    return tuple(name.encode().decode() for name in names)
+
+
+def configs(names, queues: int) -> tuple[TopicConfig, ...]:
+    """Topics of `queues` read queues, named by `copies` of `names`."""
+    return tuple(TopicConfig(name, queues, 4) for name in copies(names))
 
 
 def test_a_report_the_queue_table_stored_is_recorded_as_the_table_itself_would_say(clock) -> None:
@@ -110,14 +114,14 @@ def test_a_report_the_queue_table_stored_is_recorded_as_the_table_itself_would_s
     def changed(topics, stored=False) -> None:
         told.append(stored)
         history.changed(topics, stored)
-        twin.changed(copies(topics, None))  # equal strings, not the table's
+        twin.changed(copies(topics))  # equal strings, not the table's
 
     routes._cause, routes._changes.listener = cause, changed
     names = tuple(f"topic-{i}" for i in range(12))
     for counter in range(1, 9):  # each registration with its own copies of the names, as decoded
         queues = 4 + counter % 2  # every other one changes the topics the broker had
-        register(routes, topics=copies(names[counter % 3:counter % 3 + 6], queues), counter=counter, via=channel(1))
-        register(routes, name="broker-b", addr="10.0.0.2:10911", topics=copies(names[counter % 5:], queues),
+        register(routes, topics=configs(names[counter % 3:counter % 3 + 6], queues), counter=counter, via=channel(1))
+        register(routes, name="broker-b", addr="10.0.0.2:10911", topics=configs(names[counter % 5:], queues),
                  counter=counter, via=channel(2))
         clock.advance(1000)
         assert_the_tables_names(routes, history, twin)
