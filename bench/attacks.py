@@ -589,8 +589,11 @@ def unread_pushes(server: NamesrvProcess, scale: float) -> str:
         time.sleep(0.5)
         broker = registration(1, {f"Flap{i:06d}".ljust(60, "t"): (8, 8) for i in range(5000)}, compressed=True)
         for _ in range(flaps):
-            _register(server, broker)  # comes, and goes as its connection closes
-            time.sleep(0.3)
+            held_open: list[RemotingClient] = []
+            _register(server, broker, held_open)  # comes,
+            _await_push_round(server, subscribers)
+            held_open[0].close()  # and goes as its connection closes
+            _await_push_round(server, subscribers)
         time.sleep(1.0)
         samples = _metrics(server)
     finally:
@@ -598,9 +601,26 @@ def unread_pushes(server: NamesrvProcess, scale: float) -> str:
             sock.close()
     held = samples.get('namesrv_in_flight_bytes{kind="pushes"}')
     reset = samples.get('namesrv_connections_cut_total{transport="tcp",cause="slow_reader"}', 0.0)
-    return (f"{subscribers} subscribers x {2 * flaps} rounds of 5,000 topics: "
+    rounds = samples["namesrv_route_push_round_seconds_count"]
+    return (f"{subscribers} subscribers x {2 * flaps} changes of 5,000 topics ({rounds:.0f} rounds pushed): "
             f"{samples['namesrv_route_subscribers_dropped_total']:.0f} dropped to polling, {reset:.0f} reset; "
             f"pushes held {'(not counted)' if held is None else f'{held / MiB:.1f} MiB'}")
+
+
+def _await_push_round(server: NamesrvProcess, subscribers: int, timeout: float = 10.0) -> None:
+    """Wait (at most `timeout` seconds) until the server pushed one more round of route changes, or
+    dropped every subscriber (rounds then push nothing): so that each change is a round of its own
+    however slow the machine, and no two coalesce."""
+    def state() -> tuple[float, float]:
+        samples = _metrics(server)
+        return samples["namesrv_route_push_round_seconds_count"], samples["namesrv_route_subscribers_dropped_total"]
+    rounds, _ = state()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now, dropped = state()
+        if now > rounds or dropped >= subscribers:
+            return
 
 
 def client_hello() -> bytes:
