@@ -10,6 +10,7 @@ against a twin server that takes every request the regular way.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -651,5 +652,5 @@ def test_a_kept_answer_is_current_for_an_equal_outcome_and_the_same_state_read()
     assert not replay.current(RegisterBrokerResult("ha:2", "master:1")) and not replay.current(None)
     state[0] = 2
     assert not replay.current(kept)
-    unread = replay._replace(reads=None, outcome=(True, DataVersion(1, 2)))
+    unread = dataclasses.replace(replay, reads=None, outcome=(True, DataVersion(1, 2)))
     assert unread.current((True, DataVersion(1, 2))) and not unread.current((False, DataVersion(1, 2)))

@@ -77,6 +77,11 @@ class Hints(enum.IntEnum):
     INLINE = 2
 
 
+#: Hints.INLINE read off the enum once, as namesrv.protocol.codes.V3_0_11 is: the reactor prepares every
+#: registration it answers with it.
+HINTS_INLINE = Hints.INLINE
+
+
 class _Retry:
     """`apply`'s outcome when the change was prepared against hints from the route table that no
     longer hold where it lands: nothing was changed, the request must be prepared again without them."""

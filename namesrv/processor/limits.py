@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from namesrv import fastpath
 from namesrv.protocol import jsonbody
-from namesrv.protocol.codes import Version
+from namesrv.protocol.codes import V3_0_11
 from namesrv.protocol.topic import compressed_topic_count, table_path
 
 
@@ -30,7 +30,7 @@ def topic_count_beyond(limit: int, body: bytes | None, compressed: bool, version
     """
     if not body:
         return None
-    if version >= Version.V3_0_11 and compressed:
+    if version >= V3_0_11 and compressed:
         count = compressed_topic_count(body)
     elif len(body) <= 4 * limit or fastpath.count_containers(body) <= limit:
         return None
@@ -44,7 +44,7 @@ def _json_topic_count(body: bytes, version: int) -> int | None:
     count = fastpath.count_entries(body, table_path(version))
     if count is not None:
         return count
-    if version < Version.V3_0_11:
+    if version < V3_0_11:
         wrapper = jsonbody.loads(body, "TopicConfigSerializeWrapper")
     else:
         outer = jsonbody.loads(body, "RegisterBrokerBody")

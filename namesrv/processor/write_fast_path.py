@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, Protocol
 
 from namesrv import fastpath
 from namesrv.caches import BoundedMemo
 from namesrv.channel import Channel
-from namesrv.processor.context import EXECUTOR, RETRY, Hints
+from namesrv.processor.context import EXECUTOR, HINTS_INLINE, RETRY, Hints
 from namesrv.processor.requests import REQUESTS
 from namesrv.processor.seen_headers import HEADER_LENGTH_MASK, INT32, OpaqueTemplate
 from namesrv.protocol.codes import ResponseCode
@@ -74,13 +75,18 @@ class Processor(Protocol):
     def answer_reads(self, code: int) -> Callable[[], object] | None: ...
 
 
-class Replay(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Replay:
     """A write's header (read once: `prepared`, with bodyCrc32 `crc` unless None: as read) as last
     answered: the `outcome` of applying its change, what the answer read besides (`reads()`
     returned `state`), and the answer; with the change itself when it may be applied again
     (`replayable`: a refresh), for a body of `fastpath.body_digest` `digest` (0: none; None: no
     change kept). The kept answer is current while an outcome is the same and `reads()` returns
-    the same state."""
+    the same state.
+
+    Slots, not a NamedTuple: every heartbeat reads several of its fields, and Python 3.11 reads a
+    slot with a specialised instruction but a NamedTuple's field through the generic attribute
+    lookup."""
 
     prepared: PreparedWrite
     crc: int | None
@@ -220,7 +226,7 @@ class WriteFastPath:
         request = prepared.request_for(opaque, frame, crc)
         code = request.code
         if applied is None or applied[1] is RETRY:
-            change = processor.prepare(request, channel, Hints.INLINE)
+            change = processor.prepare(request, channel, HINTS_INLINE)
             if change is EXECUTOR:
                 return request
             if type(change) is RemotingCommand:
@@ -236,7 +242,7 @@ class WriteFastPath:
         replayed = keeps(change)
         if replay is not None and replay.current(outcome):
             if replayed:  # the kept answer, now with this change
-                self._keep(replay._replace(crc=crc, digest=fastpath.body_digest(frame), change=change))
+                self._keep(replace(replay, crc=crc, digest=fastpath.body_digest(frame), change=change))
             return replay.template.frame(opaque, replay.response_body), replay.counted, replay.template
         reads = processor.answer_reads(code)
         state = None if reads is None else reads()  # before the answer reads it

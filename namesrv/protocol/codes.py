@@ -93,6 +93,11 @@ class Version(IntEnum):
     V5_3_3 = 479
 
 
+#: The version since which a registration body may be compressed (RegisterBrokerBody), read off the enum
+#: once: every registration compares its version with it, and in Python 3.11 a member read off an enum
+#: class goes through EnumType's attribute hook, a Python call of its own.
+V3_0_11 = Version.V3_0_11
+
 #: The version namesrv claims in its responses (RocketMQ 5.3.3, the newest reference).
 SERVER_VERSION = Version.V5_3_3
 

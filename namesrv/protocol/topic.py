@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from namesrv import fastpath
 from namesrv.protocol import jsonbody
-from namesrv.protocol.codes import INT32_MAX, INT32_MIN, PERM_READ, PERM_WRITE, Version
+from namesrv.protocol.codes import INT32_MAX, INT32_MIN, PERM_READ, PERM_WRITE, V3_0_11, Version
 from namesrv.errors import ProtocolError
 from namesrv.fastpath.registration import QueueFacts
 from namesrv.protocol.jsonbody import as_int, dumps, expect, get_bool, get_dict, get_int, get_list, get_str, string_list
@@ -289,7 +289,7 @@ class RegisterBrokerBody:
     filter_server_list: list[str] | None = field(default_factory=list)
 
     def encode(self, compressed: bool = False, version: int = Version.V5_3_3) -> bytes:
-        if version < Version.V3_0_11:
+        if version < V3_0_11:
             return self.wrapper.encode()
         if not compressed:
             return dumps({"filterServerList": self.filter_server_list or [],
@@ -320,7 +320,7 @@ class RegisterBrokerBody:
         """Decode any of the three forms; a missing body is an empty topic table with DataVersion 0."""
         if not data:
             return cls(TopicConfigSerializeWrapper(), None)
-        if compressed and version >= Version.V3_0_11:
+        if compressed and version >= V3_0_11:
             return cls._decode_compressed(data, version)
         return cls(*_decode_json_body(data, version, TopicConfigSerializeWrapper.from_dict))
 
@@ -430,7 +430,7 @@ LEGACY_TABLE_PATH = ("topicConfigTable",)
 
 def table_path(version: int) -> tuple[str, ...]:
     """Where a JSON registration body sent by a broker of `version` keeps its topic table."""
-    return LEGACY_TABLE_PATH if version < Version.V3_0_11 else TABLE_PATH
+    return LEGACY_TABLE_PATH if version < V3_0_11 else TABLE_PATH
 
 
 def _decode_json_body(data: bytes, version: int, read_wrapper: Callable[[Any], Any],
@@ -441,7 +441,7 @@ def _decode_json_body(data: bytes, version: int, read_wrapper: Callable[[Any], A
     queue-fields tuples, which only `TopicQueueTable.from_dict` reads); without it (None) the
     lenient parser reads the body, so errors read as they always did.
     """
-    legacy = version < Version.V3_0_11
+    legacy = version < V3_0_11
     what = "TopicConfigSerializeWrapper" if legacy else "RegisterBrokerBody"
     obj = jsonbody.loads(data, what) if scanned is None else scanned
     if legacy:
@@ -460,8 +460,8 @@ def decode_registration(data: bytes | None, compressed: bool = False, version: i
     leave out the topic entries unchanged since: a broker bumps its DataVersion when one topic of
     thousands changes, and only that one is then read (see TopicQueueTable).
     """
-    if data and not (compressed and version >= Version.V3_0_11):
-        jsonbody.check_parse_cost(data, "RegisterBrokerBody" if version >= Version.V3_0_11 else
+    if data and not (compressed and version >= V3_0_11):
+        jsonbody.check_parse_cost(data, "RegisterBrokerBody" if version >= V3_0_11 else
                                   "TopicConfigSerializeWrapper")
         # None: not for the scanner; the lenient parser reads the body
         value, entries, omitted, facts = (fastpath.scan_registration(data, table_path(version), previous)
