@@ -203,7 +203,7 @@ def _rebinds(header: bytes, crc: int, what: Inline) -> bool:
     other = int((b"2" if digits[:1] == b"1" else b"1") + b"0" * (len(digits) - 1))
     again = read_header(JSON_FIELD, header.replace(_CRC_FIELD + digits + b'"', _CRC_FIELD + b"%d" % other + b'"', 1))
     rebound = what.rebind(what.request.derive(0, None, 0), other)
-    return again is not None and again[1] == (what.header.with_crc(other), rebound)
+    return again is not None and again[1] == PreparedWrite(what.header.with_crc(other), rebound)
 
 
 def read_header(serialize_field: int, header: bytes, json_split: object = None) -> tuple[int, Inline] | None:

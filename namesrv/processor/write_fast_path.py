@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from namesrv import fastpath
 from namesrv.caches import BoundedMemo
@@ -115,9 +115,11 @@ class Replay:
 Answered = tuple[bytes, AnswerSlot, OpaqueTemplate | None]
 
 
-class PreparedWrite(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class PreparedWrite:
     """An inline write's header read once: its typed reading (the request-table row's `header`), and
-    the request minus opaque and body (which keeps it as its typed header)."""
+    the request minus opaque and body (which keeps it as its typed header). Slots, as `Replay`:
+    every write answered here reads its request."""
 
     header: Any
     request: RemotingCommand
