@@ -48,7 +48,11 @@ def dealer(zmq_context: zmq.Context, endpoint: str, curve: CurveClientKeys | Non
 def ask(sock: zmq.Socket, timeout: float) -> RemotingCommand | None:
     """GET_BROKER_CLUSTER_INFO; the answer, or None if nothing came within `timeout` seconds."""
     request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=7)
-    sock.send_multipart([encode_msgpack(request)])
+    sock.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
+    try:
+        sock.send_multipart([encode_msgpack(request)])
+    except zmq.Again:  # no connection to queue it on: the server refused the handshake before the send
+        return None
     if not sock.poll(int(timeout * 1000)):
         return None
     (frame,) = sock.recv_multipart()
