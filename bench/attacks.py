@@ -591,9 +591,9 @@ def unread_pushes(server: NamesrvProcess, scale: float) -> str:
         for _ in range(flaps):
             held_open: list[RemotingClient] = []
             _register(server, broker, held_open)  # comes,
-            _await_push_round(server, subscribers)
+            _await_push_round(server)
             held_open[0].close()  # and goes as its connection closes
-            _await_push_round(server, subscribers)
+            _await_push_round(server)
         time.sleep(1.0)
         samples = _metrics(server)
     finally:
@@ -607,19 +607,19 @@ def unread_pushes(server: NamesrvProcess, scale: float) -> str:
             f"pushes held {'(not counted)' if held is None else f'{held / MiB:.1f} MiB'}")
 
 
-def _await_push_round(server: NamesrvProcess, subscribers: int, timeout: float = 10.0) -> None:
+def _await_push_round(server: NamesrvProcess, timeout: float = 10.0) -> None:
     """Wait (at most `timeout` seconds) until the server pushed one more round of route changes, or
-    dropped every subscriber (rounds then push nothing): so that each change is a round of its own
-    however slow the machine, and no two coalesce."""
+    nobody is subscribed any more (dropped to polling or reset: rounds then push nothing): so that
+    each change is a round of its own however slow the machine, and no two coalesce."""
     def state() -> tuple[float, float]:
         samples = _metrics(server)
-        return samples["namesrv_route_push_round_seconds_count"], samples["namesrv_route_subscribers_dropped_total"]
+        return samples["namesrv_route_push_round_seconds_count"], samples["namesrv_route_subscribers"]
     rounds, _ = state()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         time.sleep(0.05)
-        now, dropped = state()
-        if now > rounds or dropped >= subscribers:
+        now, subscribed = state()
+        if now > rounds or not subscribed:
             return
 
 
