@@ -592,7 +592,7 @@ def unread_pushes(server: NamesrvProcess, scale: float) -> str:
             held_open: list[RemotingClient] = []
             _register(server, broker, held_open)  # comes,
             _await_push_round(server)
-            held_open[0].close()  # and goes as its connection closes
+            _close_all(held_open)  # and goes as its connection closes
             _await_push_round(server)
         time.sleep(1.0)
         samples = _metrics(server)
