@@ -529,7 +529,7 @@ def test_stamp_frame_is_what_remotingcommand_would_frame(head, tail, opaque, bod
                 + ((serialize_type << 24) | len(header)).to_bytes(4, "big") + header + (body or b""))
     for module in (pure, _fastpath):
         if module is not None:
-            assert module.stamp_frame(head, tail, opaque, body, serialize_type << 24, binary) == expected
+            assert module.stamp_frame(serialize_type << 24, binary, head, tail, opaque, body) == expected
 
 
 def _json_frame(header: bytes, body: bytes = b"") -> bytes:
@@ -562,7 +562,7 @@ def test_stamp_frames_implementations_agree(bodies, data):
     """One JSON answer per body that is not None, in order, each what `stamp_frame` makes of it."""
     opaques = data.draw(st.lists(st.integers(-2 ** 31, 2 ** 31 - 1), min_size=len(bodies), max_size=len(bodies)))
     head, tail = b'{"code":0,"opaque":', b',"flag":1}'
-    expected = [pure.stamp_frame(head, tail, opaque, body, 0, False)
+    expected = [pure.stamp_frame(0, False, head, tail, opaque, body)
                 for opaque, body in zip(opaques, bodies) if body is not None]
     assert pure.stamp_frames(head, tail, opaques, bodies) == expected
     if _fastpath is not None:

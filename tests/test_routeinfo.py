@@ -249,8 +249,8 @@ def test_heartbeats_and_data_version_queries_keep_a_broker_alive(routes, clock):
         assert routes.update_broker_timestamp("DefaultCluster", "10.0.0.1:10911")
         assert routes.scan_not_active_brokers() == []
     clock.advance(8_000)
-    changed, stored = routes.query_data_version("DefaultCluster", "10.0.0.1:10911", DataVersion(99, 0, 0))
-    assert changed and stored.counter == 1  # refreshed even when changed (RocketMQ 5.x)
+    stored = routes.query_data_version("DefaultCluster", "10.0.0.1:10911")
+    assert stored.counter == 1  # refreshed whatever the version queried (RocketMQ 5.x)
     clock.advance(8_000)
     assert routes.scan_not_active_brokers() == []
     clock.advance(2_001)
@@ -259,12 +259,10 @@ def test_heartbeats_and_data_version_queries_keep_a_broker_alive(routes, clock):
 
 
 def test_query_data_version(routes):
-    assert routes.query_data_version("DefaultCluster", "10.0.0.1:10911", DataVersion(1, START, 0)) == (True, None)
+    assert routes.query_data_version("DefaultCluster", "10.0.0.1:10911") is None
     register(routes, counter=1)
-    assert routes.query_data_version("DefaultCluster", "10.0.0.1:10911", DataVersion(1, START, 0)) == \
-        (False, DataVersion(1, START, 0))
-    assert routes.query_data_version("DefaultCluster", "10.0.0.1:10911", None)[0] is True
-    assert routes.query_data_version("OtherCluster", "10.0.0.1:10911", DataVersion(1, START, 0))[0] is True
+    assert routes.query_data_version("DefaultCluster", "10.0.0.1:10911") == DataVersion(1, START, 0)
+    assert routes.query_data_version("OtherCluster", "10.0.0.1:10911") is None
 
 
 def test_closed_channel_removes_its_broker_at_once(routes):

@@ -4,7 +4,8 @@ Worker processes split every write (`WriteHandler`): the worker that received it
 `Change`, the write log carries it as msgpack, and every worker applies it. Three twins are set
 up alike for each example: one processes the request whole (`RequestProcessor.process`, what a
 single process does); one applies the change it prepared itself; one applies that change after
-the write log's round trip (`pack_write` / `unpack_write`: tuples become lists). All three must
+the write log's round trip (`pack_write` / `unpack_write`: tuples become lists; the worker revives
+it, `WriteHandler.revive`, as `RequestProcessor.apply(..., logged=True)` does). All three must
 answer the same bytes and end with equal route tables, KV tables and config.
 
 Parametrized over the request table's write codes: a write row without an example fails here.
@@ -94,6 +95,7 @@ EXAMPLES: dict[int, list[Example]] = {
                                            DataVersion(1, NOW + 1).encode())),
         Example((registration(),), request(RequestCode.QUERY_DATA_VERSION, MASTER, DataVersion(7, 7).encode())),
         Example((), request(RequestCode.QUERY_DATA_VERSION, MASTER)),
+        Example((registration(),), request(RequestCode.QUERY_DATA_VERSION, MASTER)),  # no version: changed
     ],
     RequestCode.BROKER_HEARTBEAT: [
         Example((registration(),), request(RequestCode.BROKER_HEARTBEAT, MASTER)),
@@ -178,8 +180,8 @@ def test_a_change_through_the_log_applies_as_the_whole_request(twins, code, exam
     assert type(change) is not RemotingCommand, change
     assert example.check(change), change
     answers = []
-    for twin, arriving in ((local, change), (shipped, unpack_write(pack_write(code, change))[1])):
-        outcome = twin.processor.apply(code, arriving, channel)
+    for twin, arriving, logged in ((local, change, False), (shipped, unpack_write(pack_write(code, change))[1], True)):
+        outcome = twin.processor.apply(code, arriving, channel, logged)
         assert outcome is not RETRY
         answers.append(twin.processor.answer(example.write, outcome).encode())
     assert answers == [expected, expected]
@@ -202,14 +204,15 @@ def test_a_change_whose_hint_went_stale_applies_nowhere_then_again_without_hints
     before = origin.state()
     shipped = unpack_write(pack_write(RequestCode.REGISTER_BROKER, change))[1]
     assert origin.processor.apply(RequestCode.REGISTER_BROKER, change, BROKER) is RETRY
-    assert sibling.processor.apply(RequestCode.REGISTER_BROKER, shipped, BROKER) is RETRY
+    assert sibling.processor.apply(RequestCode.REGISTER_BROKER, shipped, BROKER, logged=True) is RETRY
     assert origin.state() == sibling.state() == before
 
     full = origin.processor.prepare(write, BROKER, Hints.NONE)
     assert full.table is not None and full.table.omitted == 0
     outcomes = [origin.processor.apply(RequestCode.REGISTER_BROKER, full, BROKER),
                 sibling.processor.apply(RequestCode.REGISTER_BROKER,
-                                        unpack_write(pack_write(RequestCode.REGISTER_BROKER, full))[1], BROKER)]
+                                        unpack_write(pack_write(RequestCode.REGISTER_BROKER, full))[1], BROKER,
+                                        logged=True)]
     assert RETRY not in outcomes
     assert origin.state() == sibling.state()
     assert origin.routes.pickup_topic_route("T4") is not None  # the body restored the deleted topic

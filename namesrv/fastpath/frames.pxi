@@ -106,7 +106,7 @@ cdef bytes _stamp(bytes head, bytes tail, int opaque, const char *body, Py_ssize
     return frame
 
 
-def stamp_frame(bytes head not None, bytes tail not None, int opaque, body, int serialize_field, bint binary):
+def stamp_frame(int serialize_field, bint binary, bytes head not None, bytes tail not None, int opaque, body):
     """See `namesrv.fastpath.frames.stamp_frame`."""
     cdef Py_buffer view
     if body is None:

@@ -62,11 +62,13 @@ def body_digest(frame: bytes | bytearray | memoryview) -> int:
     return (xxh3_64_intdigest(view[body_at:]) or 1) if len(view) > body_at else 0
 
 
-def stamp_frame(head: bytes, tail: bytes, opaque: int, body: bytes | None, serialize_field: int,
-                binary: bool) -> bytes:
+def stamp_frame(serialize_field: int, binary: bool, head: bytes, tail: bytes, opaque: int,
+                body: bytes | None) -> bytes:
     """A whole response frame, length prefix included, from its header's halves around the opaque
     (four bytes when `binary`, else its decimal digits) and its body; `serialize_field` is the
-    serialize type already shifted into the header-length field's top byte."""
+    serialize type already shifted into the header-length field's top byte. The header's fields
+    come first, so that a template binds them once (`functools.partial`) and is called with the
+    opaque and body alone."""
     stamp = _INT32.pack(opaque) if binary else b"%d" % opaque
     header_length = len(head) + len(stamp) + len(tail)
     body = body or b""
@@ -82,7 +84,7 @@ def stamp_frames(head: bytes, tail: bytes, opaques: list[int], bodies: list[byte
     out = []
     for opaque, body in zip(opaques, bodies):
         if type(body) is bytes:
-            out.append(stamp_frame(head, tail, opaque, body, 0, False))
+            out.append(stamp_frame(0, False, head, tail, opaque, body))
         elif body is not None:
             raise TypeError(f"stamp_frames: a body is bytes or None, not {type(body).__name__}")
     return out

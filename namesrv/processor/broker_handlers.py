@@ -101,9 +101,7 @@ class RegistrationChange(NamedTuple):
 
     @classmethod
     def of(cls, change: Change) -> RegistrationChange:
-        """The change as `prepare` made it, also after the write log's round trip (tuples became lists)."""
-        if type(change) is cls:
-            return change
+        """The change as `prepare` made it, from the write log's form (`WriteHandler.revive`: lists for tuples)."""
         registrant, fingerprint, table, filter_servers = change
         return cls(Registrant(*registrant), tuple(fingerprint),
                    None if table is None else TopicQueueTable.from_fields(table), filter_servers)
@@ -161,8 +159,7 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
 def apply_registration(ctx: HandlerContext, change: Change, channel: Channel) -> RegisterBrokerResult | None | object:
     """The route table's registration; None when its single-topic guard refuses, RETRY when the
     hint the change was prepared with (an unchanged body, unchanged topic entries) does not hold."""
-    registrant, fingerprint, table, filter_servers = change if type(change) is RegistrationChange \
-        else RegistrationChange.of(change)
+    registrant, fingerprint, table, filter_servers = change
     if table is None:
         result = ctx.routes.refresh(registrant, fingerprint, channel)
         return RETRY if result is None else result
@@ -196,7 +193,7 @@ def _order_topics_read(ctx: HandlerContext) -> int | None:
 
 
 register_broker = WriteHandler(prepare_registration, apply_registration, answer_registration,
-                               replayable=_refreshes, answer_reads=_order_topics_read)
+                               replayable=_refreshes, answer_reads=_order_topics_read, revive=RegistrationChange.of)
 
 
 def registration_ext_fields(result: RegisterBrokerResult) -> dict[str, str]:
@@ -249,22 +246,39 @@ def _prepare_data_version_query(ctx: HandlerContext, request: RemotingCommand, c
     return cluster_name, broker_addr, DataVersion.decode(request.body) if request.body else None
 
 
-def _apply_data_version_query(ctx: HandlerContext, change: Change,
-                              channel: Channel) -> tuple[bool, DataVersion | None]:
+def _revive_data_version_query(change: Change) -> Change:
     cluster_name, broker_addr, version = change
-    return ctx.routes.query_data_version(cluster_name, broker_addr, data_version_of(version))
+    return cluster_name, broker_addr, data_version_of(version)
+
+
+@dataclass(frozen=True, slots=True)
+class DataVersionChanged:
+    """A data-version query's outcome when the broker's stored DataVersion (`stored`; None: the
+    broker is not registered) is not the one queried."""
+
+    stored: DataVersion | None
+
+
+def _apply_data_version_query(ctx: HandlerContext, change: Change,
+                              channel: Channel) -> DataVersion | DataVersionChanged:
+    """The stored DataVersion itself when the query names it (what a broker asks every 30 seconds:
+    a kept answer is then current by identity, `WriteFastPath.answer`), else `DataVersionChanged`;
+    the broker's liveness is refreshed either way (RocketMQ 5.x)."""
+    stored = ctx.routes.query_data_version(change[0], change[1])
+    return stored if stored is not None and stored == change[2] else DataVersionChanged(stored)
 
 
 def _answer_data_version_query(ctx: HandlerContext, request: RemotingCommand,
-                               outcome: tuple[bool, DataVersion | None]) -> RemotingCommand:
-    changed, stored = outcome
+                               outcome: DataVersion | DataVersionChanged) -> RemotingCommand:
+    changed = type(outcome) is DataVersionChanged
+    stored = outcome.stored if changed else outcome
     return request.make_response(ResponseCode.SUCCESS, ext_fields={"changed": wire_string(changed)},
                                  body=None if stored is None else stored.encode())
 
 
 #: Has the broker's topic table changed since it registered? Also a liveness heartbeat.
 query_data_version = WriteHandler(_prepare_data_version_query, _apply_data_version_query, _answer_data_version_query,
-                                  replayable=every_change)
+                                  replayable=every_change, revive=_revive_data_version_query)
 
 
 def _prepare_heartbeat(ctx: HandlerContext, request: RemotingCommand, channel: Channel, hints: Hints) -> Change:

@@ -142,6 +142,10 @@ class WriteHandler:
     broker's heartbeats repeat one header and body. A change `prepare` made from the request alone
     qualifies (`every_change`), and so does one leaning on the route table when `apply` checks the
     hint again (a registration's refresh: RETRY when the broker's last body is no longer this one).
+
+    `revive(change)`: the change as `prepare` made it, from what the write log carried (msgpack
+    gives tuples back as lists); applied once where the log is read, so `apply` sees one form
+    (None: `apply` takes the log's form as it is).
     """
 
     prepare: Callable[[HandlerContext, RemotingCommand, Channel, Hints], Change | RemotingCommand]
@@ -149,6 +153,7 @@ class WriteHandler:
     answer: Callable[[HandlerContext, RemotingCommand, object], RemotingCommand] = answer_success
     replayable: Callable[[Change], bool] | None = None
     answer_reads: Callable[[HandlerContext], object] | None = None
+    revive: Callable[[Change], Change] | None = None
 
     def __call__(self, ctx: HandlerContext, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         """The three steps in a row (the reactor runs them one by one: WriteFastPath)."""

@@ -86,11 +86,15 @@ class RequestProcessor:
         spec = BY_CODE[request.code]
         return self._guarded(spec, request, channel, hints=hints)
 
-    def apply(self, code: int, change: Change, channel: Channel) -> object:
-        """A prepared write's change, applied here (in a worker process: in the write log's order).
-        A failure is an outcome like any other (a `Refusal` with its text), never an exception."""
+    def apply(self, code: int, change: Change, channel: Channel, logged: bool = False) -> object:
+        """A prepared write's change, applied here (in a worker process: in the write log's order,
+        `logged`: as the log carried it, revived first: `WriteHandler.revive`). A failure is an
+        outcome like any other (a `Refusal` with its text), never an exception."""
         try:
-            return BY_CODE[code].handler.apply(self._ctx, change, channel)
+            handler = BY_CODE[code].handler
+            if logged and handler.revive is not None:
+                change = handler.revive(change)
+            return handler.apply(self._ctx, change, channel)
         except OSError as exc:
             log.error("applying a change of request code %s from %s failed: %s", code, channel, file_error(exc))
             return Refusal(ResponseCode.SYSTEM_ERROR, file_error(exc))

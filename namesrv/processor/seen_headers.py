@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from functools import partial
 from typing import Generic, TypeVar
 
 from namesrv import fastpath
@@ -85,9 +86,12 @@ class SeenHeaders(Generic[T]):
 
 
 class OpaqueTemplate:
-    """A response's encoded header split around its opaque: `frame(opaque, body)` writes the whole frame."""
+    """A response's encoded header split around its opaque: `frame(opaque, body)` writes the whole
+    frame (as `RemotingCommand.encode` writes it, an int32 opaque, length prefix included). `frame`
+    is `fastpath.stamp_frame` with the header's fields bound: every answer from a template is
+    stamped without a Python call in between."""
 
-    __slots__ = ("_serialize_field", "head", "tail", "_binary")
+    __slots__ = ("_serialize_field", "head", "tail", "_binary", "frame")
 
     def __init__(self, response: RemotingCommand) -> None:
         """`response`: the answer as the regular path would build it, with any opaque."""
@@ -107,11 +111,8 @@ class OpaqueTemplate:
             marker = b'"opaque":%d' % _SENTINEL
             at = header.index(marker) + len(_OPAQUE_KEY)
             self.head, self.tail = header[:at], header[at + len(str(_SENTINEL)):]
-
-    def frame(self, opaque: int, body: bytes | None) -> bytes:
-        """The whole response frame (an int32 opaque), length prefix included, as
-        `RemotingCommand.encode` writes it."""
-        return fastpath.stamp_frame(self.head, self.tail, opaque, body, self._serialize_field, self._binary)
+        self.frame: Callable[[int, bytes | None], bytes] = partial(
+            fastpath.stamp_frame, self._serialize_field, self._binary, self.head, self.tail)
 
     def frames(self, opaques: list[int], body: bytes | None) -> list[bytes]:
         """`frame(opaque, body)` for each of `opaques`: a JSON header's in one stamping call."""

@@ -442,15 +442,15 @@ class RouteInfoManager:
                 self._mappings.setdefault(topic, {})[bname] = info
                 self._changes.topics((topic,))
 
-    def query_data_version(self, cluster_name: str, broker_addr: str,
-                           data_version: DataVersion | None) -> tuple[bool, DataVersion | None]:
-        """(changed, the NameServer's copy); refreshes the broker's liveness like a heartbeat
-        (`update_broker_timestamp`, whose lock-free reasoning holds here too)."""
+    def query_data_version(self, cluster_name: str, broker_addr: str) -> DataVersion | None:
+        """The broker's stored DataVersion (None: not registered); refreshes its liveness like a
+        heartbeat (`update_broker_timestamp`, whose lock-free reasoning holds here too), as RocketMQ
+        5.x does whether or not the queried version matches."""
         live = self._live.by_key.get((cluster_name, broker_addr))
         if live is None:
-            return True, None
+            return None
         live.last_update_timestamp = self._clock()
-        return live.data_version != data_version, live.data_version
+        return live.data_version
 
     def update_broker_timestamp(self, cluster_name: str, broker_addr: str) -> bool:
         """BROKER_HEARTBEAT: refresh liveness of a registered broker; False if it is unknown.

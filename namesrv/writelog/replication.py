@@ -317,8 +317,8 @@ class WorkerBus:
         except ProtocolError as exc:
             log.error("unreadable write %d from worker %d: %s", entry.seq, entry.proposal.origin, exc)
             return
-        outcome = Refusal(*entry.refused) if entry.refused is not None else self._processor.apply(code, change,
-                                                                                                    channel)
+        outcome = Refusal(*entry.refused) if entry.refused is not None else self._processor.apply(
+            code, change, channel, logged=True)
         if pending is None:
             if type(outcome) is Refusal:
                 log.debug("write %d (code %d) from %s: %d %s", entry.seq, code, channel, *outcome)

@@ -138,5 +138,5 @@ class Sequencer:
             return None  # every worker fails to read it alike
         if code not in PERSISTED_CODES:
             return None
-        outcome = self._processor.apply(code, change, proposal.channel)
+        outcome = self._processor.apply(code, change, proposal.channel, logged=True)
         return tuple(outcome) if type(outcome) is Refusal else None
