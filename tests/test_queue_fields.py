@@ -86,15 +86,17 @@ def test_an_empty_body_is_an_empty_table():
 
 def test_a_decoded_table_comes_back_whole_from_the_write_logs_round_trip():
     """A registration's change carries the decoded table through the write log as a msgpack
-    array (namesrv.writelog); `from_fields` reads it back with every field, those a table's
-    equality leaves out included."""
-    import msgpack
+    array (namesrv.writelog.log.pack_write: the list of its fields); `from_fields` reads it back
+    with every field, those a table's equality leaves out included."""
+    from dataclasses import replace
+
+    from namesrv.writelog.log import pack_write, unpack_write
 
     first, _ = decode_registration(orjson.dumps({"topicConfigSerializeWrapper": {
         "topicConfigTable": {"T1": {"topicName": "T1", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}},
         "dataVersion": {"counter": 3, "timestamp": 7, "stateVersion": 1}}, "filterServerList": []}))
-    table = first._replace(entries=b"entries", omitted=2, omitted_since=b"since")
-    back = TopicQueueTable.from_fields(msgpack.unpackb(msgpack.packb(table)))
+    table = replace(first, entries=b"entries", omitted=2, omitted_since=b"since")
+    back = TopicQueueTable.from_fields(unpack_write(pack_write(103, table))[1])
     assert type(back.data_version) is DataVersion and back.data_version == DataVersion(3, 7, 1)
     assert back.topics == {"T1": list(table.topics["T1"])}  # queue fields come back as lists
     assert (back.entries, back.omitted, back.omitted_since) == (b"entries", 2, b"since")

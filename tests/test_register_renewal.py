@@ -12,6 +12,7 @@ topic's route body.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -122,17 +123,17 @@ def test_a_renewal_leaves_every_table_as_the_full_registration_leaves_it():
     pair.register(MASTER, filters=["10.0.0.1:1"], renewed=True)
     pair.register(MASTER, filters=[], renewed=False)  # and went
     pair.register(MASTER, renewed=True)  # None: the filter servers are left as they are
-    pair.register(MASTER._replace(ha_server_addr="10.0.0.1:10999"), renewed=False)  # the HA address
+    pair.register(replace(MASTER, ha_server_addr="10.0.0.1:10999"), renewed=False)  # the HA address
     pair.register(MASTER, renewed=False)  # and back
     pair.register(MASTER, channel=SECOND, renewed=False)  # a new connection
     pair.register(MASTER, channel=SECOND, renewed=True)
     pair.register(MASTER, channel=Channel("tcp", b"second", "10.0.0.1:50001"), renewed=False)  # equal, not it
     pair.register(MASTER, renewed=False)
-    pair.register(MASTER._replace(zone_name="z1"), renewed=False)  # the zone
-    pair.register(MASTER._replace(zone_name="z1"), renewed=True)
-    pair.register(MASTER._replace(zone_name="z1", enable_acting_master=False), renewed=False)  # acting flag
-    pair.register(MASTER._replace(zone_name="z1", enable_acting_master=None), renewed=False)  # an old broker
-    pair.register(MASTER._replace(heartbeat_timeout_millis=5_000), renewed=False)  # the heartbeat timeout
+    pair.register(replace(MASTER, zone_name="z1"), renewed=False)  # the zone
+    pair.register(replace(MASTER, zone_name="z1"), renewed=True)
+    pair.register(replace(MASTER, zone_name="z1", enable_acting_master=False), renewed=False)  # acting flag
+    pair.register(replace(MASTER, zone_name="z1", enable_acting_master=None), renewed=False)  # an old broker
+    pair.register(replace(MASTER, heartbeat_timeout_millis=5_000), renewed=False)  # the heartbeat timeout
     pair.register(MASTER, renewed=False)
     pair.register(MASTER, renewed=True)
 
@@ -143,10 +144,10 @@ def test_other_writes_between_renewals_are_never_skipped():
     pair.register(SLAVE, renewed=False)  # the group gains a slave: the master's entries still stand
     pair.register(MASTER, renewed=True)
     pair.register(SLAVE, renewed=False)  # a slave's entries are never kept: never a renewal
-    pair.register(SLAVE._replace(zone_name="z1"), renewed=False)  # a slave moves the group to another zone
+    pair.register(replace(SLAVE, zone_name="z1"), renewed=False)  # a slave moves the group to another zone
     pair.register(MASTER, renewed=False)  # and the master's registration moves it back
     pair.register(MASTER, renewed=True)
-    pair.register(SLAVE._replace(enable_acting_master=False), renewed=False)  # the group's acting flag
+    pair.register(replace(SLAVE, enable_acting_master=False), renewed=False)  # the group's acting flag
     pair.register(MASTER, renewed=False)
     pair.register(SLAVE, renewed=False)
     pair.register(OTHER, topics=("A", "D"), renewed=False)  # another group's topics
@@ -160,11 +161,11 @@ def test_other_writes_between_renewals_are_never_skipped():
     pair.step(lambda side: side.routes.register_topic("A", [QueueData("b1", 8, 8, 6, 0)]))  # an admin's queues
     pair.register(MASTER, renewed=False)
     pair.register(MASTER, renewed=True)
-    pair.register(MASTER._replace(cluster_name="c2"), renewed=False)  # the same group in another cluster
+    pair.register(replace(MASTER, cluster_name="c2"), renewed=False)  # the same group in another cluster
     pair.register(MASTER, renewed=True)  # a live entry of its own each: the group is as this one left it
     pair.step(lambda side: side.routes.unregister_broker("c2", MASTER.broker_addr, "b1", 0))  # the group goes
     pair.step(lambda side: side.routes.unregister_broker("c1", SLAVE.broker_addr, "b1", 1))
-    pair.register(MASTER._replace(cluster_name="c2"), renewed=False)  # and comes back in the other cluster only
+    pair.register(replace(MASTER, cluster_name="c2"), renewed=False)  # and comes back in the other cluster only
     pair.register(MASTER, renewed=False)
     pair.register(SLAVE, renewed=False)
     pair.register(RIVAL, state_version=1, renewed=False)  # another process takes the master's id
@@ -198,10 +199,10 @@ def test_a_renewal_puts_the_entries_that_changed_as_the_full_registration_puts_t
     pair.register(SLAVE, read_only=("A",), renewed=False)  # a slave's entries are never kept
     pair.register(MASTER, read_only=("A",), filters=["10.0.0.1:1"], channel=SECOND, renewed=False)
     pair.register(MASTER, read_only=("A", "B"), mappings=MAPPING, channel=SECOND, renewed=False)
-    pair.register(MASTER._replace(zone_name="z1"), read_only=("B",), channel=SECOND, renewed=False)
-    pair.register(MASTER._replace(zone_name="z1"), read_only=("C",), channel=SECOND, renewed=True)
+    pair.register(replace(MASTER, zone_name="z1"), read_only=("B",), channel=SECOND, renewed=False)
+    pair.register(replace(MASTER, zone_name="z1"), read_only=("C",), channel=SECOND, renewed=True)
     pair.step(lambda side: side.routes.wipe_write_perm_of_broker("b1"))  # the table changed under the entries
-    pair.register(MASTER._replace(zone_name="z1"), read_only=("A",), channel=SECOND, renewed=False)
+    pair.register(replace(MASTER, zone_name="z1"), read_only=("A",), channel=SECOND, renewed=False)
 
 
 def test_the_deleting_mode_never_renews():
@@ -224,10 +225,10 @@ def test_a_renewal_keeps_the_broker_alive_and_its_next_registration_reads_only_w
     assert routes.pickup_topic_route("D") is not None
 
 
-registrants = st.sampled_from([MASTER, SLAVE, RIVAL, OTHER, MASTER._replace(ha_server_addr="10.0.0.1:10999"),
-                               MASTER._replace(zone_name="z1"), MASTER._replace(enable_acting_master=None),
-                               MASTER._replace(cluster_name="c2"), SLAVE._replace(zone_name="z1"),
-                               SLAVE._replace(enable_acting_master=False)])
+registrants = st.sampled_from([MASTER, SLAVE, RIVAL, OTHER, replace(MASTER, ha_server_addr="10.0.0.1:10999"),
+                               replace(MASTER, zone_name="z1"), replace(MASTER, enable_acting_master=None),
+                               replace(MASTER, cluster_name="c2"), replace(SLAVE, zone_name="z1"),
+                               replace(SLAVE, enable_acting_master=False)])
 registrations = st.tuples(st.just("register"), registrants, st.sampled_from([TOPICS, ("A", "B"), ("A", "D")]),
                           st.sampled_from([None, [], ["10.0.0.1:1"]]), st.sampled_from([FIRST, SECOND]),
                           st.sampled_from([None, MAPPING]), st.integers(0, 1), st.booleans(),

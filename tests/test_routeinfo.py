@@ -5,6 +5,7 @@ Sans-IO: an injected millisecond clock replaces time, so expiry is tested withou
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 import sys
 import threading
 import time
@@ -498,7 +499,7 @@ def test_a_repeated_refresh_skips_its_checks_until_a_writer_runs(routes, monkeyp
     assert routes.refresh(registrant, "body-1", via) is not None
     assert routes.refresh(registrant, "body-1", via) is not None
     assert len(checks) == 1  # the second knew its checks pass: no writer ran
-    assert routes.refresh(registrant._replace(), "body-1", via) is not None
+    assert routes.refresh(replace(registrant), "body-1", via) is not None
     assert len(checks) == 2  # an equal registrant, not the one checked: checked again
     assert routes.refresh(registrant, "body-1", via) is not None
     assert len(checks) == 3

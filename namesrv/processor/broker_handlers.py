@@ -89,10 +89,12 @@ class RegistrationHeader:
 Fingerprint = tuple[int, int, int, bool, bool, bool]
 
 
-class RegistrationChange(NamedTuple):
+@dataclass(slots=True)
+class RegistrationChange:
     """REGISTER_BROKER's change: who, the body's fingerprint, and its decoded table (as the decode
     made it) and filter servers; `table` None for the repeat of the broker's last body (a liveness
-    refresh)."""
+    refresh). Slots, as `RegistrationHeader` (and not frozen either: one is made per registration
+    prepared); the write log carries the list of its fields. Never changed once made."""
 
     registrant: Registrant
     fingerprint: Fingerprint
@@ -159,12 +161,12 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
 def apply_registration(ctx: HandlerContext, change: Change, channel: Channel) -> RegisterBrokerResult | None | object:
     """The route table's registration; None when its single-topic guard refuses, RETRY when the
     hint the change was prepared with (an unchanged body, unchanged topic entries) does not hold."""
-    registrant, fingerprint, table, filter_servers = change
+    registrant, fingerprint, table = change.registrant, change.fingerprint, change.table
     if table is None:
         result = ctx.routes.refresh(registrant, fingerprint, channel)
         return RETRY if result is None else result
     try:
-        return ctx.routes.register(registrant, table, filter_servers, channel, fingerprint)
+        return ctx.routes.register(registrant, table, change.filter_servers, channel, fingerprint)
     except StaleTopicEntries:  # the route table changed since the decode: read the body in full
         return RETRY
     except RouteTableFull as exc:

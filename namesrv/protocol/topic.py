@@ -4,7 +4,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from namesrv import fastpath
@@ -216,7 +216,8 @@ def _topic_config_queue_fields(obj: Any, name: str) -> QueueFields:
     return TopicConfig.from_dict(obj, name).queue_fields()
 
 
-class TopicQueueTable(NamedTuple):
+@dataclass(slots=True)
+class TopicQueueTable:
     """A broker's topic table as the route table reads it: per topic only its queue fields.
 
     What the server decodes a registration into (`decode_registration`): a body of thousands of
@@ -231,32 +232,22 @@ class TopicQueueTable(NamedTuple):
     `facts` what its `topics` hold, summed up (None: look at each). Tables compare (and show)
     what they say, not these.
 
-    A tuple: a registration's change carries the decoded table as it is to the route table, and
-    through the write log (as a msgpack array, read back by `from_fields`).
+    A registration's change carries the decoded table as it is to the route table, and through
+    the write log as the list of its fields (read back by `from_fields`). Slots, not a NamedTuple:
+    a changed registration reads its fields about ten times, and Python 3.11 reads a slot with a
+    specialised instruction but a NamedTuple's field through the generic attribute lookup. Never
+    changed once made (`dataclasses.replace` makes another).
     """
 
     topics: dict[str, QueueFields]
     data_version: DataVersion
     topic_queue_mapping_info_map: dict[str, Any]
-    entries: bytes | None = None
-    omitted: int = 0
-    omitted_since: bytes | None = None
-    facts: QueueFacts | None = None
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not TopicQueueTable:
-            return NotImplemented
-        return self[:3] == other[:3]
-
-    def __ne__(self, other: object) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
+    entries: bytes | None = field(default=None, compare=False, repr=False)
+    omitted: int = field(default=0, compare=False, repr=False)
+    omitted_since: bytes | None = field(default=None, compare=False, repr=False)
+    facts: QueueFacts | None = field(default=None, compare=False, repr=False)
 
     __hash__ = None  # type: ignore[assignment]  # its dicts are not hashable anyway
-
-    def __repr__(self) -> str:
-        return (f"TopicQueueTable(topics={self.topics!r}, data_version={self.data_version!r}, "
-                f"topic_queue_mapping_info_map={self.topic_queue_mapping_info_map!r})")
 
     @classmethod
     def from_fields(cls, fields: Any) -> TopicQueueTable:
@@ -471,7 +462,7 @@ def decode_registration(data: bytes | None, compressed: bool = False, version: i
             return TopicQueueTable(topics, DataVersion(counter, timestamp, state_version), {}, entries, omitted,
                                    previous if omitted else None, facts), servers
         table, servers = _decode_json_body(data, version, TopicQueueTable.from_dict, value)
-        return table._replace(entries=entries, omitted=omitted, omitted_since=previous if omitted else None,
+        return replace(table, entries=entries, omitted=omitted, omitted_since=previous if omitted else None,
                               facts=facts), servers
     body = RegisterBrokerBody.decode(data, compressed, version)
     return TopicQueueTable.of(body.wrapper), body.filter_server_list

@@ -242,8 +242,8 @@ class RouteInfoManager:
     def _register_locked(self, registrant: Registrant, wrapper: TopicConfigSerializeWrapper | TopicQueueTable,
                          filter_server_list: list[str] | None, channel: Channel | None,
                          registration: tuple[Registrant, Hashable] | None) -> RegisterBrokerResult | None:
-        (cluster_name, broker_addr, broker_name, broker_id, ha_server_addr, heartbeat_timeout_millis,
-         enable_acting_master, zone_name) = registrant
+        cluster_name, broker_addr, broker_name = registrant.cluster_name, registrant.broker_addr, registrant.broker_name
+        broker_id = registrant.broker_id
         group = self._brokers.get(broker_name)
         key = (cluster_name, broker_addr)
         previous = self._live.by_key.get(key)
@@ -280,6 +280,8 @@ class RouteInfoManager:
             self.registrations["applied"] += 1
             return _NO_MASTER
         self._cause(events.REGISTERED, cluster_name, broker_addr, broker_name, broker_id, channel, at_ms=now)
+        enable_acting_master, zone_name = registrant.enable_acting_master, registrant.zone_name
+        ha_server_addr, heartbeat_timeout_millis = registrant.ha_server_addr, registrant.heartbeat_timeout_millis
         names = self._clusters.get(cluster_name)  # step 1
         if names is None:
             names = self._clusters[cluster_name] = set()
@@ -360,7 +362,8 @@ class RouteInfoManager:
         changed), a new DataVersion (with the same one step 11 keeps no entries), the same filter
         servers (step 12) and the same connection object: `LiveTable.set` moves a broker whose
         channel is another object to the end of the live table (the expiry scan's order)."""
-        return (not table.topic_queue_mapping_info_map and live.registration[0] == registrant
+        registered = live.registration[0]
+        return (not table.topic_queue_mapping_info_map and (registered is registrant or registered == registrant)
                 and live.channel is channel and live.data_version != table.data_version
                 and self._group_as_registered(group, registrant) and self._filters_hold(key, filter_servers))
 
@@ -368,10 +371,10 @@ class RouteInfoManager:
         """Is `group` as a registration of `registrant` leaves it, so that its steps 1-8 would change
         nothing: listed in its cluster, `registrant`'s id at its address, the same acting-master
         and zone flags? (Reads only: also `refresh`'s lock-free checks.)"""
-        cluster_name, broker_addr, broker_name, broker_id, _, _, acting, zone_name = registrant
-        return (group is not None and group.broker_addrs.get(broker_id) == broker_addr
-                and broker_name in self._clusters.get(cluster_name, ())
-                and group.enable_acting_master == bool(acting) and group.zone_name == zone_name)
+        return (group is not None and group.broker_addrs.get(registrant.broker_id) == registrant.broker_addr
+                and registrant.broker_name in self._clusters.get(registrant.cluster_name, ())
+                and group.enable_acting_master == bool(registrant.enable_acting_master)
+                and group.zone_name == registrant.zone_name)
 
     def _check_room_locked(self, key: LiveKey, broker_name: str, topics: dict[str, QueueFields]) -> None:
         """RouteTableFull if registering `key` would pass maxBrokers, or its topics maxQueueDatas

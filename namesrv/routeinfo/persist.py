@@ -43,7 +43,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -324,7 +324,7 @@ _NO_NAMES = Registrant("", "", "", 0)
 
 def _name(value: str | None, field: str) -> None:
     """A name or address by the rule a registration's (`check_names`), `field` its Registrant field."""
-    check_names(_NO_NAMES._replace(**{field: value}))
+    check_names(replace(_NO_NAMES, **{field: value}))
 
 
 def _of(value: Any, kind: type | tuple[type, ...], where: str) -> Any:

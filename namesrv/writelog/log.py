@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 
 import msgpack
 
@@ -128,8 +128,15 @@ class Entry:
 
 
 def pack_write(code: int, change: object) -> bytes:
-    """A WRITE proposal's payload: the request code and its prepared change."""
-    return msgpack.packb((code, change))
+    """A WRITE proposal's payload: the request code and its prepared change (a dataclass in it as the
+    list of its fields: its handler's `WriteHandler.revive` makes it again)."""
+    return msgpack.packb((code, change), default=_fields_of)
+
+
+def _fields_of(value: object) -> list:
+    if is_dataclass(value) and not isinstance(value, type):
+        return [getattr(value, field.name) for field in fields(value)]
+    raise TypeError(f"a write's change cannot carry {type(value).__name__}")
 
 
 def unpack_write(payload: bytes) -> tuple[int, object]:
