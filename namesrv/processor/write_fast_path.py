@@ -102,16 +102,14 @@ class Replay:
     def current(self, outcome: object) -> bool:
         """Is the kept answer the one to `outcome` (the same outcome, and the same state read besides)?
         (The same object is the same outcome: a master's registration result is one constant, and
-        a result's `==` is a Python call.)"""
+        a result's `==` is a Python call.) `WriteFastPath.answer` checks the case this accepts first,
+        the very outcome kept with nothing read besides (a heartbeat's None, a data-version query's
+        stored DataVersion), before calling it: the call costs more than the check."""
         kept = self.outcome
         if outcome is not kept and outcome != kept:
             return False
         reads = self.reads
         return reads is None or reads() == self.state
-
-    # `WriteFastPath.answer` checks the common case of a replay before calling `current`: the very
-    # outcome object kept, and nothing read besides (a heartbeat's None, a data-version query's
-    # stored DataVersion), which `current` would accept; the call costs more than the check.
 
 
 #: A write answered here: (the response frame, the tally slot it is counted in, the template of its
@@ -181,7 +179,7 @@ class WriteFastPath:
         replay = self.replays.table.get(id(prepared))
         if replay is not None and replay.crc == crc and replay.digest == fastpath.body_digest(frame):
             outcome = self._processor.apply(prepared.request.code, replay.change, channel)
-            if outcome is replay.outcome and replay.reads is None or replay.current(outcome):  # see Replay
+            if outcome is replay.outcome and replay.reads is None or replay.current(outcome):  # see current
                 replay.counted.add(time.monotonic() - arrived)
                 return replay.template.frame(opaque, replay.response_body)
             answered = self._steps(prepared, opaque, frame, channel, crc, replay, (replay.change, outcome))

@@ -463,6 +463,6 @@ def decode_registration(data: bytes | None, compressed: bool = False, version: i
                                    previous if omitted else None, facts), servers
         table, servers = _decode_json_body(data, version, TopicQueueTable.from_dict, value)
         return replace(table, entries=entries, omitted=omitted, omitted_since=previous if omitted else None,
-                              facts=facts), servers
+                       facts=facts), servers
     body = RegisterBrokerBody.decode(data, compressed, version)
     return TopicQueueTable.of(body.wrapper), body.filter_server_list
