@@ -64,10 +64,10 @@ class DataVersion(NamedTuple):
         return cls.from_dict(jsonbody.loads(data, "DataVersion"))
 
 
-def data_version_of(fields: DataVersion | list[int] | None) -> DataVersion | None:
-    """The DataVersion whose fields are `fields` (None: none): as decoded, or after the write log's
-    round trip (which makes it a list)."""
-    return fields if fields is None or type(fields) is DataVersion else DataVersion(*fields)
+def data_version_of(fields: list[int] | None) -> DataVersion | None:
+    """The DataVersion whose fields are `fields` (None: none), as the write log carries one (a list):
+    a change's revive (`WriteHandler.revive`) makes it again, so nothing else holds that form."""
+    return None if fields is None else DataVersion(*fields)
 
 
 @dataclass(slots=True)
