@@ -115,9 +115,11 @@ def test_diff_names_the_broker_and_topics_a_third_namesrv_misses_until_it_regist
                                                                                           tmp_path) -> None:
     java = JavaNamesrvProcess(java_opts="-Xms128m -Xmx256m").start()
     env = {**os.environ, "ROCKETMQ_REF_RUN": str(tmp_path / "rmq")}
-    port = free_broker_port()
     third = namesrv_factory()
     first = namesrv_factory(peerDivergencePeers=f"{third.address};{java.address}", peerDivergenceIntervalSeconds=1)
+    # Probed once the servers hold their ports: a server started after the probe may be given the
+    # broker's HA port (p+1) by the kernel, and the broker then fails to start (a CI run saw it).
+    port = free_broker_port()
     everywhere = (first.address, java.address, third.address)
 
     def start_broker(*addresses: str) -> None:
