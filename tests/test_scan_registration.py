@@ -351,6 +351,25 @@ def test_the_extension_sums_up_a_broker_s_table_it_read_without_the_lock():
     assert _fastpath.scan_registration(spaced, TABLE_PATH, None)[3] == facts_of(spaced)
 
 
+def test_the_extension_sums_up_the_entries_of_a_small_table_it_read_with_the_lock_held():
+    """A table below GIL_FREE_BYTES is read in one pass with the lock held: its entries are summed
+    up as they are read, so a changed registration's few entries are checked on the facts too (a
+    name that is not ASCII is not summed up: no facts, and the check walks the entries)."""
+    if _fastpath is None:
+        pytest.skip("namesrv._fastpath is not built")
+    topics = [entry(f"T%{i}|x", perm=(2, 4, 6)[i % 3], queues=i % 17) for i in range(40)]
+    assert len(body(topics)) < 64 * 1024
+    value, entries, omitted, facts = _fastpath.scan_registration(body(topics), TABLE_PATH, None)
+    assert facts == reference_facts(list(table(value).values())) == ("%0123456789Tx|", 5, 6, 0, 16, 6)
+    changed = topics[:]
+    changed[5], changed[30] = entry("only-this", perm=7, queues=1000), entry("and-that", perm=-1, queues=3)
+    value, _, omitted, facts = _fastpath.scan_registration(body(changed, 2), TABLE_PATH, entries)
+    assert omitted == 38 and facts == reference_facts(list(table(value).values())) == (
+        "-adhilnosty", 8, 9, 3, 1000, -1)
+    changed[30] = entry("café")
+    assert _fastpath.scan_registration(body(changed, 2), TABLE_PATH, entries)[3] is None
+
+
 def facts_of(data: bytes) -> tuple | None:
     return reference_facts(list(full(data).values()))
 

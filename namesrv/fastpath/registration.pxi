@@ -203,7 +203,7 @@ cdef struct _Digests:
     Py_ssize_t omitted
     int tables          # topic tables reached: a repeated table key would make the entries ambiguous
     bint escaped_key    # a key with escapes has more than one spelling: digests cannot tell keys apart
-    _Facts facts        # of the entries the topic table's pre-scan read
+    _Facts facts        # of the topic entries read (by the pre-scan, and by `_table`)
     bint facts_cover    # ... which were all the entries read
 
 
@@ -715,7 +715,7 @@ cdef dict _table(_Json *j, int depth):
     cdef object key, value
     cdef Py_ssize_t start, length, entry_start, span, index = 0, next_plain = 0
     cdef int flags
-    cdef bint read_here = False
+    cdef bint facts_cover = True
     cdef const _Entry *before
     cdef const _Plain *plain
     cdef _Digests *d = j.digests
@@ -774,7 +774,6 @@ cdef dict _table(_Json *j, int depth):
                     if not _more(j, 125):
                         break
                     continue
-            read_here = True
             flags = _string_span(j, &start, &length)
             key = _string_object(j.p + start, length, flags)  # topic names: too many for the key cache
             _expect(j, 58)
@@ -783,6 +782,8 @@ cdef dict _table(_Json *j, int depth):
             else:
                 value = _value(j, depth)
             if d != NULL:
+                if facts_cover:
+                    facts_cover = _note_read_facts(&plains.facts, value)
                 if flags & STR_ESCAPED:
                     d.escaped_key = True
                 span = j.pos - entry_start
@@ -799,7 +800,7 @@ cdef dict _table(_Json *j, int depth):
         PyMem_RawFree(plains.items)
         if d != NULL:
             d.facts = plains.facts
-            d.facts_cover = not read_here
+            d.facts_cover = facts_cover
 
 
 cdef void _prescan(_Json j, const _Digests *d, _Plains *plains) noexcept nogil:
@@ -840,8 +841,9 @@ cdef void _prescan(_Json j, const _Digests *d, _Plains *plains) noexcept nogil:
                 return
         if j.pos - member.start < <Py_ssize_t>sizeof(_Plain):
             return  # a note no larger than its member: the notes never outgrow the body
-        if not member.omitted:
-            _note_facts(&plains.facts, member, j.p)
+        if not member.omitted:  # (ASCII: _plain_string saw to it)
+            _note_facts(&plains.facts, j.p + member.topic_start, member.topic_length, member.read, member.write,
+                        member.perm)
         member.end = j.pos
         _skip_ws(&j)
         after = _peek(&j)
@@ -855,21 +857,39 @@ cdef void _prescan(_Json j, const _Digests *d, _Plains *plains) noexcept nogil:
         _skip_ws(&j)
 
 
-cdef void _note_facts(_Facts *facts, const _Plain *member, const unsigned char *p) noexcept nogil:
+cdef void _note_facts(_Facts *facts, const unsigned char *name, Py_ssize_t length, long read, long write,
+                      long perm) noexcept nogil:
+    """Sum up one plain entry (its ASCII topic name name[0:length] and its fields) into `facts`."""
     cdef Py_ssize_t i
     cdef unsigned char c
     if facts.count == 0:
-        facts.shortest = facts.longest = member.topic_length
-        facts.fewest = facts.most = member.read
+        facts.shortest = facts.longest = length
+        facts.fewest = facts.most = read
     facts.count += 1
-    for i in range(member.topic_start, member.topic_start + member.topic_length):
-        c = p[i]  # ASCII: _plain_string saw to it
+    for i in range(length):
+        c = name[i]
         facts.name_bytes[c >> 6] |= (<uint64_t>1) << (c & 63)
-    facts.shortest = min(facts.shortest, member.topic_length)
-    facts.longest = max(facts.longest, member.topic_length)
-    facts.fewest = min(facts.fewest, min(member.read, member.write))
-    facts.most = max(facts.most, max(member.read, member.write))
-    facts.perm_bits |= member.perm
+    facts.shortest = min(facts.shortest, length)
+    facts.longest = max(facts.longest, length)
+    facts.fewest = min(facts.fewest, min(read, write))
+    facts.most = max(facts.most, max(read, write))
+    facts.perm_bits |= perm
+
+
+cdef bint _note_read_facts(_Facts *facts, object value) except -1:
+    """Sum up an entry `_table` read (`_entry`'s value) into `facts`; False when the facts cannot
+    hold it: not a queue-fields tuple, or a topic name not ASCII (the rules refuse it anyway)."""
+    cdef tuple fields
+    cdef object topic
+    if type(value) is not tuple:
+        return False
+    fields = <tuple>value
+    topic = fields[0]
+    if not PyUnicode_IS_COMPACT_ASCII(topic):
+        return False
+    _note_facts(facts, <const unsigned char *>PyUnicode_DATA(topic), PyUnicode_GET_LENGTH(topic),
+                <long>fields[1], <long>fields[2], <long>fields[3])  # int32: _plain_fields saw to it
+    return True
 
 
 cdef bint _plain_member(_Json *j, _Plain *member, bint digests) noexcept nogil:
@@ -1275,11 +1295,13 @@ cdef inline bint _is_int64(object value) except -1:
 
 cdef tuple _facts_tuple(const _Facts *facts):
     cdef int c
-    cdef bytearray chars = bytearray()
+    cdef Py_ssize_t count = 0
+    cdef unsigned char chars[128]
     for c in range(128):
         if facts.name_bytes[c >> 6] >> (c & 63) & 1:
-            chars.append(c)
-    return (chars.decode("ascii"), facts.shortest, facts.longest, facts.fewest, facts.most, facts.perm_bits)
+            chars[count] = c
+            count += 1
+    return (_ascii_str(chars, count), facts.shortest, facts.longest, facts.fewest, facts.most, facts.perm_bits)
 
 
 def entry_digest(data):

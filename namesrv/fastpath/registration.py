@@ -119,7 +119,7 @@ def scan_registration(data: bytes | bytearray | memoryview, table_path: tuple[st
     `facts` sums up the topic entries read (those left in the table), so that a large table is
     checked against the route table's rules without a look at each entry: None when `entries`
     is, when no entry was read, or when one of them is not plain. The twin may also answer None
-    (it sums up only the entries it reads without the interpreter lock), never other facts.
+    (a topic name it read is not ASCII: it sums up names as ASCII), never other facts.
     """
     if isinstance(data, str):  # orjson would take it; the twin reads buffers only
         raise TypeError("scan_registration needs a bytes-like object, not 'str'")
