@@ -234,7 +234,7 @@ class RouteHistory:
         if kind in REMOVALS:
             try:
                 with self._lock:
-                    self._record(self._event(), ())
+                    self._record(())
             except Exception:  # noqa: BLE001 - called inside the route table's writes: never raise into them
                 self._failed()
 
@@ -243,16 +243,12 @@ class RouteHistory:
         or flags changed, so every topic it serves); `stored`: each was just given the entry, and
         is named by the table's own string (namesrv.routeinfo.tables.queues.QueueTable.put_all)."""
         pending = self._pending
-        if pending is None or pending[0] == TABLES_REPLACED:
-            return
+        if pending is None or pending[0] == TABLES_REPLACED or not topics and self._head is not None:
+            return  # (no topic named, and the event has its record already)
         lock = self._lock
         lock.acquire()  # not `with`: see namesrv.routeinfo.rwlock
         try:
-            head = self._head
-            if head is None:
-                self._record(self._event(), topics, stored)
-            elif topics:
-                self._record(head, topics, stored)
+            self._record(topics, stored)
         except Exception:  # noqa: BLE001 - called inside the route table's writes: never raise into them
             self._failed()
         finally:
@@ -265,23 +261,23 @@ class RouteHistory:
 
     # ------------------------------------------------------------------ internals (self._lock held)
 
-    def _event(self) -> Head:
-        """The pending cause's event fields, under the next number."""
-        kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer, at_ms = self._pending
-        if peer is None:
-            via = channel if channel is not None else None if live is None else live.channel
-            peer = None if via is None else via.remote_addr or str(via)
-        if at_ms is None:
-            at_ms = self._clock() if self._clock is not None else 0
-        self._seq += 1
-        return (self._seq, at_ms, kind, cluster, broker_name, broker_id, broker_addr, peer,
-                None if live is None else live.last_update_timestamp,
-                None if live is None else live.heartbeat_timeout_millis)
-
-    def _record(self, head: Head, topics: Collection[str], stored: bool = False) -> None:
-        """A record of `head`'s event at the ring's end: `topics` reported (some), or none (the
-        event's first record); `stored` as `changed` says. The first record of an event charges the
-        event; a report fits the budget."""
+    def _record(self, topics: Collection[str], stored: bool = False) -> None:
+        """A record of the pending write's event at the ring's end: `topics` reported (some), or none
+        (the event's first record); `stored` as `changed` says. The event's first record makes its
+        fields (`Head`), under the next number, and charges it; a report fits the budget."""
+        head = self._head
+        first = head is None
+        if first:
+            kind, cluster, broker_addr, broker_name, broker_id, channel, live, peer, at_ms = self._pending
+            if peer is None:
+                via = channel if channel is not None else None if live is None else live.channel
+                peer = None if via is None else via.remote_addr or str(via)
+            if at_ms is None:
+                at_ms = self._clock() if self._clock is not None else 0
+            self._seq += 1
+            head = (self._seq, at_ms, kind, cluster, broker_name, broker_id, broker_addr, peer,
+                    None if live is None else live.last_update_timestamp,
+                    None if live is None else live.heartbeat_timeout_millis)
         if topics:
             if stored:  # what the table would answer below, said by the write that made it so
                 reported = tuple(topics)
@@ -294,14 +290,14 @@ class RouteHistory:
                 self._lose(head, reported, present)
             kept = reported
             charged = part_bytes(kept, present)
-            while len(kept) > 1 and charged > self.max_bytes // 2:
+            while len(kept) > 1 and 2 * charged > self.max_bytes:
                 kept = kept[:len(kept) // 2]  # one write's report keeps at most half the budget; its losses keep the rest
                 charged = part_bytes(kept, present)
             self._ring.append((head, present, charged, len(reported), kept))
         else:
             charged = 0
             self._ring.append((head, True, 0, 0, ()))
-        if self._head is not head:  # its first record
+        if first:
             self._head = head
             self._events += 1
             charged += EVENT_BYTES
