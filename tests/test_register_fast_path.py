@@ -164,6 +164,22 @@ def test_a_registration_from_memory_is_the_parsed_one(server):
     assert server.answer(registration(opaque=5, version=Version.V4_9_4)) is not None
 
 
+def test_a_body_changed_in_place_is_no_repeat(server):
+    """A body's fingerprint is its length and CRC32 (with the body form): a body changed in place,
+    its length kept (a topic's perm, a DataVersion's digit), is decoded and applied, not taken for
+    the broker's last one; its repeat then is."""
+    first = body(3)
+    for changed in (first.replace(b'"perm":6', b'"perm":4', 1), first.replace(b'"counter":1', b'"counter":2')):
+        assert len(changed) == len(first) and changed != first
+        server.regular(registration(data=first))
+        assert server.answer(registration(data=changed, opaque=2)) is None  # not a repeat: the regular way
+        server.regular(registration(data=changed, opaque=3))
+        assert server.answer(registration(data=changed, opaque=4)) is not None  # its repeat is one
+    assert [queue.perm for queue in server.routes.pickup_topic_route("T0").queue_datas] == [6]  # the first again
+    server.regular(registration(data=first.replace(b'"perm":6', b'"perm":4', 1), opaque=5))
+    assert [queue.perm for queue in server.routes.pickup_topic_route("T0").queue_datas] == [4]
+
+
 @settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(opaque=st.integers(-(2 ** 31), 2 ** 31 - 1), version=st.sampled_from([Version.V4_9_4, Version.V5_3_3]),
        serialize_type=st.sampled_from([SerializeType.JSON, SerializeType.ROCKETMQ]),

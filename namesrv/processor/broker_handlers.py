@@ -5,7 +5,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from xxhash import xxh3_64_intdigest
 
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
@@ -69,24 +68,23 @@ class RegistrationHeader:
         return RegistrationHeader(self.registrant, crc, self.compressed, self.version, self.body_form,
                                   self.illegal_names)
 
-    def repeats(self, body: bytes | memoryview, digest: int, stored: Fingerprint | None) -> bool:
-        """Is `body` (of XXH3 `digest`) the one of `stored` (the fingerprint of the broker's last
-        registration), and does the announced CRC32 hold for it? Then the CRC32 need not be
-        computed: the body's is the stored one, which the check passes exactly when it is announced
-        (or 0 is)."""
-        return (stored is not None and stored[0] == len(body) and stored[2] == digest and stored[3:] == self.body_form
-                and (self.body_crc32 == 0 or self.body_crc32 == stored[1]))
+    def repeats(self, length: int, crc: int, stored: Fingerprint | None) -> bool:
+        """Is a body of `length` bytes and masked CRC32 `crc` (read as announced: `body_intact`) the
+        one of `stored`, the fingerprint of the broker's last registration?"""
+        return stored is not None and stored[0] == length and stored[1] == crc and stored[2:] == self.body_form
 
     def body_intact(self, crc: int) -> bool:
         """Is `crc` (the body's masked CRC32) the announced one? Announcing 0 skips the check."""
         return self.body_crc32 == 0 or crc == self.body_crc32
 
 
-#: A registration body's fingerprint: everything its decode depends on, (length, CRC32, XXH3,
-#: compressed, >= 3.0.11, >= 5.0.0). The CRC32 and the XXH3 are independent checksums; they only
-#: guard against accidental equality: a broker can only ever collide with its own previous
-#: registration, and whatever it sends is taken as its topic table anyway.
-Fingerprint = tuple[int, int, int, bool, bool, bool]
+#: A registration body's fingerprint: everything its decode depends on, (length, CRC32, compressed,
+#: >= 3.0.11, >= 5.0.0). The CRC32 is the one the protocol's check computes anyway. It only guards
+#: against accidental equality: a broker can only ever collide with its own previous registration
+#: (its body, DataVersion included, unchanged in length and CRC32 while it changed: CRC32 catches
+#: every change within 32 bits, and others but one in 2^32), and whatever it sends is taken as its
+#: topic table anyway. RocketMQ decides on the DataVersion alone.
+Fingerprint = tuple[int, int, bool, bool, bool]
 
 
 @dataclass(slots=True)
@@ -114,8 +112,9 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
     """Reference 2.3: checksum, then either a liveness refresh or the decoded body (never under a lock).
 
     Most registrations are the 30-second repeat of an unchanged topic table: with `hints`, one
-    that is the broker's last body is a refresh, its body neither decoded nor checksummed (a
-    10,000-topic body costs tens of milliseconds to decode, its fingerprint a fraction of one).
+    that is the broker's last body is a refresh, its body not decoded (a 10,000-topic body costs
+    tens of milliseconds to decode; the CRC32 the protocol's check computes anyway, a fraction of
+    one, recognises it: `Fingerprint`).
     A body to decode is first held to maxTopicsPerRegistration (a repeat was held to it when it
     first came: the key is locked). A master's new DataVersion usually changes a few topics of its
     table: with `hints` only the topic entries changed since its previous registration are read.
@@ -124,19 +123,18 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
     """
     registration = request.typed_header(RegistrationHeader)
     registrant, compressed = registration.registrant, registration.compressed
-    body = request.body or b""  # bytes, or (from the reactor) a memoryview of the frame
-    digest = xxh3_64_intdigest(body)
-    previous = None
-    if hints:
-        stored, previous = ctx.routes.registration_hints(registrant)
-        if registration.repeats(body, digest, stored):
-            return RegistrationChange(registrant, stored)
+    length = 0 if request.body is None else len(request.body)  # bytes, or (from the reactor) a view of the frame
     crc = request.body_crc32()
     if not registration.body_intact(crc):
         log.warning("REGISTER_BROKER of %s from %s: body crc32 does not match %d", registrant.broker_addr, channel,
                     registration.body_crc32)
         return request.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
-    if hints is HINTS_INLINE and (compressed or len(body) > ctx.config.inline_registration_max_body_bytes):
+    previous = None
+    if hints:
+        stored, previous = ctx.routes.registration_hints(registrant)
+        if registration.repeats(length, crc, stored):
+            return RegistrationChange(registrant, stored)
+    if hints is HINTS_INLINE and (compressed or length > ctx.config.inline_registration_max_body_bytes):
         return EXECUTOR
     limit = ctx.config.max_topics_per_registration
     count = topic_count_beyond(limit, request.body, compressed, request.version) if limit else None
@@ -155,7 +153,7 @@ def prepare_registration(ctx: HandlerContext, request: RemotingCommand, channel:
         return request.make_response(ResponseCode.SYSTEM_ERROR, f"register broker failed: {exc}")
     if request.body is None and request.version >= V3_0_11:
         filter_servers = []  # RocketMQ's empty RegisterBrokerBody has an empty (not null) filter-server list
-    return RegistrationChange(registrant, (len(body), crc, digest, *registration.body_form), table, filter_servers)
+    return RegistrationChange(registrant, (length, crc, *registration.body_form), table, filter_servers)
 
 
 def apply_registration(ctx: HandlerContext, change: Change, channel: Channel) -> RegisterBrokerResult | None | object:
