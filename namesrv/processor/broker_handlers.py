@@ -5,7 +5,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-
 from namesrv.channel import Channel
 from namesrv.kvconfig import ORDER_TOPIC_CONFIG
 from namesrv.processor.context import (EXECUTOR, HINTS_INLINE, RETRY, Change, HandlerContext, Hints, Refusal,
