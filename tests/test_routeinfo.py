@@ -601,16 +601,21 @@ def test_a_refresh_over_an_equal_channel_object_takes_no_lock(routes):
     assert routes._lock.epoch == epoch + 2  # a moved channel: under the lock
 
 
-def test_created_topics_are_logged_at_info_and_changed_ones_only_at_debug(routes, caplog) -> None:
-    """A broker changing a topic with every DataVersion must not log at INFO each time; at DEBUG it
-    still says so (the record is only made when its level is on)."""
-    caplog.set_level(logging.INFO, logger="namesrv.routeinfo.manager")
+def test_created_topics_are_logged_at_info_and_changed_ones_are_recorded_in_the_route_history(routes, caplog) -> None:
+    """A broker changing a topic with every DataVersion must not log each time, at any level (even
+    asking whether to cost it more than its change): the route history records the change."""
+    from namesrv.routeinfo.history import REGISTERED, RouteHistory
+
+    history = RouteHistory()
+    routes.watch_routes(history)
+    caplog.set_level(logging.DEBUG, logger="namesrv.routeinfo.manager")
     register(routes, topics=("T1", "T2"), counter=1)
-    assert "broker broker-a: 2 of 2 topics created, 0 changed" in caplog.messages
+    assert [(r.levelno, r.getMessage()) for r in caplog.records if "topics created" in r.getMessage()] == [
+        (logging.INFO, "broker broker-a: 2 of 2 topics created, 0 changed")]
     caplog.clear()
     register(routes, topics=(TopicConfig("T1", 2, 2), "T2"), counter=2)
     assert not [m for m in caplog.messages if "topics created" in m]
-    caplog.set_level(logging.DEBUG, logger="namesrv.routeinfo.manager")
-    register(routes, topics=("T1", "T2"), counter=3)
-    assert [(r.levelno, r.getMessage()) for r in caplog.records if "topics created" in r.getMessage()] == [
-        (logging.DEBUG, "broker broker-a: 0 of 2 topics created, 1 changed")]
+    changes = history.topic("T1").entries
+    assert [(event.kind, event.broker_name, kept) for event, kept in changes] == [
+        (REGISTERED, "broker-a", True), (REGISTERED, "broker-a", True)]
+    assert len(history.topic("T2").entries) == 1  # unchanged: recorded when created only

@@ -404,12 +404,8 @@ class RouteInfoManager:
             return False
         registered = live.registration[0]
         return (registered.broker_name == registrant.broker_name and registered.broker_id == registrant.broker_id
-                and self._queues_unchanged_since(live, registrant.broker_name)
+                and live.queue_changes_seen == self._queues.changes_of(registrant.broker_name)
                 and not self._config.delete_topic_with_broker_registration)
-
-    def _queues_unchanged_since(self, live: BrokerLiveInfo, broker_name: str) -> bool:
-        """Has no queue entry of the group been put or removed since `live` was registered?"""
-        return live.queue_changes_seen == self._queues.changes_of(broker_name)
 
     def _master_of_locked(self, group: BrokerData, cluster_name: str, broker_id: int) -> RegisterBrokerResult:
         """A slave learns its live master's address and HA address."""
@@ -430,12 +426,11 @@ class RouteInfoManager:
             queues.remove_topics(broker_name, [t for t in queues.topics_of(broker_name) if t not in table])
         apply_all = register_first or version_changed
         changed, created = queues.put_all(broker_name, table.values(), apply_all, wipe_write)
-        # New topics are news; changes of existing ones can come with every registration (a broker
-        # changing a topic per DataVersion): at INFO they cost the reactor more than the registration,
-        # and even a record not made (`log.log` asks `isEnabledFor` itself) costs as much again as asking.
-        if changed and log.isEnabledFor(level := logging.INFO if created else logging.DEBUG):
-            log.log(level, "broker %s: %d of %d topics created, %d changed", broker_name, created, listed,
-                    changed - created)
+        # New topics are news. Changes of existing ones can come with every registration (a broker
+        # changing a topic per DataVersion), and the route history records each (explainRoute): a log
+        # line, or only asking whether to make one, would cost such a registration more than its change.
+        if created and log.isEnabledFor(logging.INFO):
+            log.info("broker %s: %d of %d topics created, %d changed", broker_name, created, listed, changed - created)
         if apply_all and mappings:
             for topic, info in mappings.items():
                 bname = info.get("bname") if isinstance(info, dict) else None

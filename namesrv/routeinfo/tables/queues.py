@@ -113,16 +113,16 @@ class QueueTable:
         """A broker's topic table (queue fields) into `group`'s entries: each new topic, and with
         `replace` each changed one (without it existing entries stay as they are); `wipe_write`
         clears the write bit of every entry put. Returns (entries changed, of them created),
-        reported in one call, as stored (`RouteChanges.topics`). The one place entries are stored:
-        a changed topic's name is interned (each registration decodes its own copy of the string, and
-        10 million entries of 30 groups would otherwise hold 10 million strings in the group index),
-        and the report names it so."""
+        reported in one call (the created first), as stored (`RouteChanges.topics`). The one place
+        entries are stored: a changed topic's name is interned (each registration decodes its own
+        copy of the string, and 10 million entries of 30 groups would otherwise hold 10 million
+        strings in the group index), and the report names it so."""
         by_topic = self.by_topic
         pool = self._pool.get(group)
         if pool is None:
             pool = {}  # held once an entry is stored
-        changed: list[str] = []
         created: list[str] = []
+        replaced: list[str] = []
         untracking = UNTRACKED_ENTRIES_PER_CALL
         for topic, read, write, perm, sys_flag in table:
             queues = by_topic.get(topic)
@@ -141,15 +141,18 @@ class QueueTable:
             elif queue is current:
                 continue  # unchanged (most topics of a new data version)
             topic = sys.intern(topic)  # the table's own string, stored and reported
-            if current is None:
-                if queues is None:
-                    queues = by_topic[topic] = {}
+            if current is not None:
+                replaced.append(topic)
+            elif queues is not None:
+                created.append(topic)
+            else:
+                queues = by_topic[topic] = {}
                 created.append(topic)
             queues[group] = queue
-            changed.append(topic)
         if created:
             self.count += len(created)
             self._group_topics.added(group, created)
+        changed = replaced if not created else created if not replaced else created + replaced
         if changed:
             self._pool[group] = pool
             self._group_changes[group] = self._group_changes.get(group, 0) + len(changed)
