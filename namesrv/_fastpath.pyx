@@ -34,6 +34,7 @@ cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
     long long PyLong_AsLongLongAndOverflow(object value, int *overflow) except? -1
     dict _PyDict_NewPresized(Py_ssize_t minused)
+    void PyObject_GC_UnTrack(object value)
 
 
 import os

@@ -750,6 +750,9 @@ cdef dict _table(_Json *j, int depth):
                              else _ascii_str(j.p + plain.topic_start, plain.topic_length),
                              PyLong_FromLong(plain.read), PyLong_FromLong(plain.write),
                              PyLong_FromLong(plain.perm), PyLong_FromLong(plain.sys_flag))
+                    # A str and four ints: no cycle. The collector would walk it once to learn that
+                    # (a 10,000-topic table's tuples, a few young collections' work); untracked now.
+                    PyObject_GC_UnTrack(value)
                     if d != NULL:
                         _note_member(d, j.p, plain.digest, plain.key_digest_length, entry_start, plain.end)
                     out[key] = value
