@@ -313,6 +313,9 @@ UNUSUAL = [
     entry("spaced").replace(":", " : ").replace(",", " ,\n "),
     entry("zero", queues=0, perm=0),
     entry("wide-filter").replace("SINGLE_TAG", "MULTI_TAG"),
+    entry("no-attributes").replace('"attributes":{},', ''),  # the first field's key not where it is looked for
+    entry("longer-key").replace('"readQueueNums"', '"readQueueNumsX":8,"readQueueNums"'),  # the next key's a prefix
+    entry("key-split").replace('"perm":', '"perm"\n:'),  # the key whole, its colon after a line break
 ]
 
 

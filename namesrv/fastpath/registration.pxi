@@ -910,11 +910,17 @@ cdef bint _plain_member(_Json *j, _Plain *member, bint digests) noexcept nogil:
     j.pos += 1
     _skip_ws(j)
     while True:
-        if not _plain_string(j, &start, &length):
-            return False
-        field = _entry_field(j.p + start, length)
-        if field <= last or not _plain_colon(j):
-            return False  # another field, or not in order (so possibly repeated)
+        field = last + 1  # the next field in order, as brokers send them: its key and colon in one compare
+        if (field <= F_WRITE and j.end - j.pos >= _ENTRY_KEY_LENGTH[field]
+                and _same(j.p + j.pos, <const unsigned char *>_ENTRY_KEY[field], _ENTRY_KEY_LENGTH[field])):
+            j.pos += _ENTRY_KEY_LENGTH[field]
+            _skip_ws(j)
+        else:
+            if not _plain_string(j, &start, &length):
+                return False
+            field = _entry_field(j.p + start, length)
+            if field <= last or not _plain_colon(j):
+                return False  # another field, or not in order (so possibly repeated)
         last = field
         seen |= 1 << field
         if field == F_ATTRIBUTES:
