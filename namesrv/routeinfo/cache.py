@@ -93,8 +93,9 @@ class RouteBodyCache:
         mutex = self._mutex
         mutex.acquire()  # not `with`: see namesrv.routeinfo.rwlock
         try:
+            entries = self._entries
             for topic in topics:
-                if topic in self._entries:
+                if topic in entries:
                     self._drop(topic)
         finally:
             mutex.release()

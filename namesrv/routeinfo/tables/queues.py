@@ -124,7 +124,11 @@ class QueueTable:
         created: list[str] = []
         replaced: list[str] = []
         untracking = UNTRACKED_ENTRIES_PER_CALL
+        intern = sys.intern
         for topic, read, write, perm, sys_flag in table:
+            # The table's own string, stored and reported; interned first, the topic is found in the
+            # table by identity (a first registration looks up and stores every one of its topics).
+            topic = intern(topic)
             queues = by_topic.get(topic)
             current = None if queues is None else queues.get(group)
             if current is not None and not replace:
@@ -140,7 +144,6 @@ class QueueTable:
                     gc.collect(0)  # a young collection untracks the new tuple: the dicts it enters stay so
             elif queue is current:
                 continue  # unchanged (most topics of a new data version)
-            topic = sys.intern(topic)  # the table's own string, stored and reported
             if current is not None:
                 replaced.append(topic)
             elif queues is not None:
