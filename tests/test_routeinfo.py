@@ -19,6 +19,7 @@ from namesrv.protocol.codes import FLAG_UNIT, FLAG_UNIT_SUB, PERM_PRIORITY, PERM
 from namesrv.protocol.route import QueueData, TopicRouteData
 from namesrv.protocol.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from namesrv.routeinfo import DEFAULT_BROKER_CHANNEL_EXPIRED_TIME, Registrant, RouteInfoManager
+from namesrv.routeinfo.history import REGISTERED, RouteHistory
 from namesrv.routeinfo.rwlock import ReadWriteLock
 
 START = 1_700_000_000_000
@@ -604,8 +605,6 @@ def test_a_refresh_over_an_equal_channel_object_takes_no_lock(routes):
 def test_created_topics_are_logged_at_info_and_changed_ones_are_recorded_in_the_route_history(routes, caplog) -> None:
     """A broker changing a topic with every DataVersion must not log each time, at any level (even
     asking whether to cost it more than its change): the route history records the change."""
-    from namesrv.routeinfo.history import REGISTERED, RouteHistory
-
     history = RouteHistory()
     routes.watch_routes(history)
     caplog.set_level(logging.DEBUG, logger="namesrv.routeinfo.manager")
