@@ -910,12 +910,8 @@ cdef bint _plain_member(_Json *j, _Plain *member, bint digests) noexcept nogil:
     j.pos += 1
     _skip_ws(j)
     while True:
-        field = last + 1  # the next field in order, as brokers send them: its key and colon in one compare
-        if (field <= F_WRITE and j.end - j.pos >= _ENTRY_KEY_LENGTH[field]
-                and _same(j.p + j.pos, <const unsigned char *>_ENTRY_KEY[field], _ENTRY_KEY_LENGTH[field])):
-            j.pos += _ENTRY_KEY_LENGTH[field]
-            _skip_ws(j)
-        else:
+        field = last + 1  # the next field in order, as brokers send them
+        if not _at_key(j, field):
             if not _plain_string(j, &start, &length):
                 return False
             field = _entry_field(j.p + start, length)
@@ -1071,6 +1067,18 @@ cdef object _entry(_Json *j, int depth, object raw_key, Py_ssize_t key_start, Py
     return entry if fields is None else fields
 
 
+cdef inline bint _at_key(_Json *j, int field) noexcept nogil:
+    """Is the cursor at entry field `field`'s key and colon (`_ENTRY_KEY`, one compare)? Then move
+    past them and the whitespace after. F_OTHER, or a number past the last field, is never there."""
+    if field <= F_OTHER or field > F_WRITE or j.end - j.pos < _ENTRY_KEY_LENGTH[field]:
+        return False
+    if not _same(j.p + j.pos, <const unsigned char *>_ENTRY_KEY[field], _ENTRY_KEY_LENGTH[field]):
+        return False
+    j.pos += _ENTRY_KEY_LENGTH[field]
+    _skip_ws(j)
+    return True
+
+
 cdef int _entry_field(const unsigned char *name, Py_ssize_t length) noexcept nogil:
     """The entry field a key (its content, without escapes) names."""
     cdef int field
@@ -1102,11 +1110,8 @@ cdef tuple _entry_fields(_Json *j, int depth, object raw_key, Py_ssize_t key_sta
     if _peek(j) == 125:
         return None
     while True:
-        if (predicted != F_OTHER and j.end - j.pos >= _ENTRY_KEY_LENGTH[predicted]
-                and _same(j.p + j.pos, <const unsigned char *>_ENTRY_KEY[predicted], _ENTRY_KEY_LENGTH[predicted])):
+        if _at_key(j, predicted):
             field = predicted
-            j.pos += _ENTRY_KEY_LENGTH[predicted]
-            _skip_ws(j)
         else:
             if _peek(j) != 34:
                 raise _NotForMe

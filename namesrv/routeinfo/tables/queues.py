@@ -114,9 +114,9 @@ class QueueTable:
         `replace` each changed one (without it existing entries stay as they are); `wipe_write`
         clears the write bit of every entry put. Returns (entries changed, of them created),
         reported in one call (the created first), as stored (`RouteChanges.topics`). The one place
-        entries are stored: a changed topic's name is interned (each registration decodes its own
-        copy of the string, and 10 million entries of 30 groups would otherwise hold 10 million
-        strings in the group index), and the report names it so."""
+        entries are stored: each topic's name is interned before it is looked up (each registration
+        decodes its own copy of the string, and 10 million entries of 30 groups would otherwise hold
+        10 million strings in the group index), and the report names it so."""
         by_topic = self.by_topic
         pool = self._pool.get(group)
         if pool is None:
@@ -126,8 +126,8 @@ class QueueTable:
         untracking = UNTRACKED_ENTRIES_PER_CALL
         intern = sys.intern
         for topic, read, write, perm, sys_flag in table:
-            # The table's own string, stored and reported; interned first, the topic is found in the
-            # table by identity (a first registration looks up and stores every one of its topics).
+            # The table's own string, stored and reported; interned first, it is found in the table
+            # by identity, its bytes not compared with a name held elsewhere in memory.
             topic = intern(topic)
             queues = by_topic.get(topic)
             current = None if queues is None else queues.get(group)
@@ -146,10 +146,9 @@ class QueueTable:
                 continue  # unchanged (most topics of a new data version)
             if current is not None:
                 replaced.append(topic)
-            elif queues is not None:
-                created.append(topic)
             else:
-                queues = by_topic[topic] = {}
+                if queues is None:
+                    queues = by_topic[topic] = {}
                 created.append(topic)
             queues[group] = queue
         if created:
