@@ -60,6 +60,20 @@ def zmq_context() -> Iterator[zmq.Context]:
 
 
 @pytest.fixture
+def stream_socket() -> Iterator[tuple[zmq.Socket, int]]:
+    """A ZeroMQ STREAM socket as the server sets one up (connects and disconnects announced, no
+    linger), bound to a free port on 127.0.0.1: (socket, port)."""
+    context = zmq.Context()
+    sock = context.socket(zmq.STREAM)
+    sock.setsockopt(zmq.STREAM_NOTIFY, 1)
+    sock.setsockopt(zmq.LINGER, 0)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    yield sock, port
+    sock.close()
+    context.term()
+
+
+@pytest.fixture
 def namesrv_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., NamesrvProcess]]:
     """`namesrv_factory(config_file=None, log_config=None, **overrides)` -> a started NamesrvProcess.
 

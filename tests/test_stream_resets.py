@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import zmq
@@ -19,16 +19,10 @@ BAD_FRAME = b"\x00\x00\x00\x05\x02\x00\x00\x01garbage"  # header length 0x020000
 
 
 @pytest.fixture
-def stream() -> Iterator[tuple[zmq.Socket, int]]:
-    context = zmq.Context()
-    sock = context.socket(zmq.STREAM)
-    sock.setsockopt(zmq.STREAM_NOTIFY, 1)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.SNDHWM, 4)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    yield sock, port
-    sock.close()
-    context.term()
+def stream(stream_socket) -> tuple[zmq.Socket, int]:
+    sock, _ = stream_socket
+    sock.setsockopt(zmq.SNDHWM, 4)  # applies to the connections made from now on: a peer that does not read fills it soon
+    return stream_socket
 
 
 def read_until(endpoint: StreamEndpoint, done: Callable[[], object], jobs: list | None = None,

@@ -58,6 +58,12 @@ REFUSED_LOG_PERIOD = 1.0
 MAX_MESSAGE_BYTES = 64 * 1024
 #: Connections closed from our side remembered until ZeroMQ announces their end (oldest forgotten first).
 CLOSED_REMEMBERED = 65536
+#: Send flags as ints: pyzmq's are enum.Flag members, whose `|` is a Python call each time.
+_NOBLOCK = int(zmq.NOBLOCK)
+_MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
+#: pyzmq's own send (zmq.Socket's base class): `zmq.Socket.send` adds only the routing_id and group
+#: arguments, which a STREAM socket's replies never use, in a Python call per message part.
+_send = zmq.backend.Socket.send
 #: Connection.tls of a TCP connection whose first bytes have not arrived (TLS or plain: they tell).
 UNDECIDED = object()
 #: What a TLS handshake in progress holds beyond a plain connection (OpenSSL's connection state and
@@ -194,7 +200,8 @@ class Endpoint:
             return  # closed while its requests were running
         if conn.tls is not None and encrypt:
             payloads = [conn.tls.encrypt(payloads)]
-        self._touch(conn, now)
+        if conn.last_active != now:  # else touched this round already (its reading)
+            self._touch(conn, now)
         messages = self._pack(payloads)
         if not conn.backlog:
             for sent, (message, size) in enumerate(messages):
@@ -312,7 +319,8 @@ class Endpoint:
             return
         if replies:
             self.send(channel.ident, replies, now)
-        jobs.extend((channel, command, arrived) for command in commands)
+        if commands:
+            jobs.extend((channel, command, arrived) for command in commands)
 
 
 class StreamEndpoint(Endpoint):
@@ -483,10 +491,13 @@ class StreamEndpoint(Endpoint):
             messages.append((b"".join(small), size))
         return messages
 
-    def _transmit(self, ident: bytes, message: bytes | memoryview) -> None:
-        # The routing-id part fails with EAGAIN when the pipe is full, before anything is queued.
-        self.socket.send(ident, zmq.SNDMORE | zmq.NOBLOCK)
-        self.socket.send(message, zmq.NOBLOCK, copy=False)
+    def _transmit(self, ident: bytes, message: bytes | zmq.Frame) -> None:
+        # The routing-id part fails with EAGAIN when the pipe is full, before anything is queued. A
+        # joined reply (bytes, at most MAX_MESSAGE_BYTES) is copied into its message, cheaper than a
+        # zero-copy one for its size; a slice of a large payload is a zmq.Frame, sent as it is.
+        sock = self.socket
+        _send(sock, ident, _MORE_NOBLOCK)
+        _send(sock, message, _NOBLOCK)
 
     def _disconnect(self, ident: bytes, conn: Connection | None = None, reset: bool = False) -> None:
         self._closed[ident] = None
