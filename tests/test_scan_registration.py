@@ -451,3 +451,92 @@ def test_the_twins_agree_on_runs(size, change):
     data = body(_changed(rows, change), counter=2)
     assert agree(_fastpath.scan_registration(data, TABLE_PATH, previous),
                  pure.scan_registration(data, TABLE_PATH, previous))
+
+
+#: Bodies around a topic table (`{T}`) that the extension's plain walk must read as the general
+#: path does (the pure twin): members named twice (the last value counts), keys spelled with
+#: escapes, members of another form before and after the table (read again as any JSON, with the
+#: digests noted before forgotten), unknown members, whitespace, and the legacy layout.
+AROUND_TABLE = [
+    '{"filterServerList":[],"topicConfigSerializeWrapper":{"dataVersion":{"counter":2},"topicConfigTable":{T}}}',
+    '{"topicConfigSerializeWrapper":{"dataVersion":{"counter":2},"dataVersion":"x","topicConfigTable":{T}}}',
+    '{"topicConfigSerializeWrapper":{"dataVersion":"x","dataVersion":{"counter":2},"topicConfigTable":{T}}}',
+    '{"topicConfigSerializeWrapper":{"dataVersion":{"counter":"x","counter":5,"timestamp":null},"topicConfigTable":{T}}}',
+    '{"topicConfigSerializeWrapper":{"dataVersion":{"counter":5,"counter":true},"topicConfigTable":{T}}}',
+    '{"topicConfigSerializeWrapper":{"dataVersion":{"x":[1,{"y":2}],"stateVersion":-3},"topicConfigTable":{T}}}',
+    '{"topicConfigSerializeWrapper":{"dataVersion":null,"mappingDataVersion":{"counter":1},"topicConfigTable":{T}}}',
+    '{"topicConfigSerializeWrapper":{"topicConfigTable":{T},"mappingDataVersion":{"timestamp":false}}}',
+    '{"topicConfigSerializeWrapper":{"topicConfigTable":{T},"topicQueueMappingInfoMap":{"t":{}}}}',
+    '{"topicConfigSerializeWrapper":{"topicQueueMappingInfoMap":{"t":{}},"topicConfigTable":{T},'
+    '"topicQueueMappingInfoMap":{}}}',
+    '{"topicConfigSerializeWrapper":{"topicConfigTable":{T},"topicQueueMappingDetailMap":[]}}',
+    '{"topicConfigSerializeWrapper":{"topicConfigTable":{T},"topicQueueMappingDetailMap":{"t":[null]}}}',
+    '{"topicConfigSerializeWrapper":{"\\u0064ataVersion":{"counter":7},"topicConfigTable":{T}}}',
+    '{"topicConfigSerializeWrapper":{"\\u0064ataVersion":7,"topicConfigTable":{T}}}',
+    '{"topicConfig\\u0053erializeWrapper":{"dataVersion":{"counter":2},"topicConfigTable":{T}}}',
+    '{"topicConfigSerializeWrapper":{"topicConfig\\u0054able":{T}}}',
+    '{"filterServerList":[1],"filterServerList":["a:1"],"topicConfigSerializeWrapper":{"topicConfigTable":{T}}}',
+    '{"filterServerList":["a:1"],"topicConfigSerializeWrapper":{"topicConfigTable":{T}},"filterServerList":[2]}',
+    '{"filterServerList":null,"topicConfigSerializeWrapper":{"topicConfigTable":{T}},"x":{"y":[1,{"z":null}]}}',
+    '{"filterServerList":{},"topicConfigSerializeWrapper":{"topicConfigTable":{T}}}',
+    '{"topicConfigSerializeWrapper":{"topicConfigTable":{T}},"topicConfigSerializeWrapper":{"topicConfigTable":{T}}}',
+    '{"topicConfigSerializeWrapper":null}',
+    '{"topicConfigSerializeWrapper":{"dataVersion":{"counter":1}}}',
+    '{"topicConfigSerializeWrapper":{"topicConfigTable":null}}',
+    '{"topicConfigSerializeWrapper":{"topicConfigTable":[{T}]}}',
+    '{"topicConfigSerializeWrapper":{}}',
+    '{}',
+    ' { "filterServerList" : [ ] , "topicConfigSerializeWrapper" : { "dataVersion" : { "counter" : 2 } , '
+    '"topicConfigTable" : {T} } } ',
+    '{"topicConfigSerializeWrapper":{"dataVersion":{"counter":1},"topicConfigTable":{T}},',
+    '{"topicConfigSerializeWrapper":{"dataVersion":{"counter":1}"topicConfigTable":{T}}}',
+]
+#: ... and bodies beyond the extension's scanner (a float, an integer past 64 bits), which it
+#: leaves to the caller (None) wherever they stand, as its licence allows.
+BEYOND_THE_SCANNER = [
+    '{"topicConfigSerializeWrapper":{"dataVersion":{"counter":1.5},"topicConfigTable":{T}}}',
+    '{"topicConfigSerializeWrapper":{"topicConfigTable":{T},"dataVersion":{"counter":99999999999999999999}}}',
+    '{"topicConfigSerializeWrapper":{"topicConfigTable":{T}},"x":-0.5}',
+]
+
+
+def wrapper_of(around: str) -> str | None:
+    """The value of the body's first wrapper object (braces matched), None if it has none."""
+    at = around.find('"topicConfigSerializeWrapper":{')
+    if at < 0:
+        return None
+    start = end = around.index("{", at)
+    depth = 0
+    for end in range(start, len(around)):
+        depth += {"{": 1, "}": -1}.get(around[end], 0)
+        if depth == 0:
+            break
+    return around[start:end + 1]
+
+
+#: (body around `{T}`, table path): each body, and in the legacy layout (the body is the wrapper,
+#: the table at the top) each wrapper object of them.
+AROUND_CASES = [(around, TABLE_PATH) for around in AROUND_TABLE + BEYOND_THE_SCANNER] + [
+    (wrapper_of(around), ("topicConfigTable",)) for around in AROUND_TABLE + BEYOND_THE_SCANNER
+    if wrapper_of(around) is not None]
+
+
+@needs_extension
+@pytest.mark.parametrize("around, path", AROUND_CASES)
+@pytest.mark.parametrize("size", [3, 400])  # 400 entries: past GIL_FREE_BYTES, read by the pre-scan
+def test_the_members_around_the_table_read_as_the_general_path_reads_them(around, path, size):
+    """The extension walks the members around the topic table without making their objects when
+    they are of the plain form, and reads the body as any JSON when they are not (its table as
+    the walk read it): either way its answer (value, entries, left out) is the pure twin's,
+    against a previous registration or none. A float or an integer past 64 bits anywhere is
+    beyond the extension's scanner: it leaves that body to the caller (None)."""
+    rows = ",".join(entry(f"topic-{i}", queues=i % 9) for i in range(size))
+    data = around.replace("{T}", "{" + rows + "}").encode()
+    before = ("{%s}" if len(path) == 1 else '{"topicConfigSerializeWrapper":{"topicConfigTable":{%s}}}') % rows
+    previous = pure.scan_registration(before.encode(), path, None)[1]
+    for prior in (None, previous):
+        got = _fastpath.scan_registration(data, path, prior)
+        if any(number in data for number in (b"1.5", b"99999999999999999999", b"-0.5")):
+            assert got is None
+        else:
+            assert agree(got, pure.scan_registration(data, path, prior)), (around, prior is not None)

@@ -612,7 +612,7 @@ cdef object _value(_Json *j, int depth):
     if c == 34:
         return _string(j)
     if c == 123:
-        return _object(j, depth + 1, None, 0)
+        return _object(j, depth + 1, None, 0, None)
     if c == 91:
         return _array(j, depth + 1)
     if c == 116:
@@ -639,9 +639,10 @@ cdef list _array(_Json *j, int depth):
             return out
 
 
-cdef dict _object(_Json *j, int depth, tuple path, Py_ssize_t step):
+cdef dict _object(_Json *j, int depth, tuple path, Py_ssize_t step, tuple read):
     """An object; when `path` is given, the member named path[step] is followed further (the
-    last step is the topic table)."""
+    last step is the topic table, unless `read` has it: (table, start, end) as `_table` read it
+    before at start)."""
     cdef dict out = {}
     cdef object key, value
     if _opened_empty(j, depth, 125):
@@ -652,10 +653,12 @@ cdef dict _object(_Json *j, int depth, tuple path, Py_ssize_t step):
         key = _key(j)
         _expect(j, 58)
         if path is not None and _peek(j) == 123 and key == path[step]:
-            if step + 1 == len(path):
-                value = _table(j, depth + 1)
+            if step + 1 != len(path):
+                value = _object(j, depth + 1, path, step + 1, read)
+            elif read is not None and j.pos == read[1]:
+                value, j.pos = read[0], read[2]
             else:
-                value = _object(j, depth + 1, path, step + 1)
+                value = _table(j, depth + 1)
         else:
             value = _value(j, depth)
         out[key] = value  # a duplicate key keeps its first place and its last value, as in orjson
@@ -1062,7 +1065,7 @@ cdef object _entry(_Json *j, int depth, object raw_key, Py_ssize_t key_start, Py
     if fields is not None:
         return fields
     j.pos = start  # not plain (or a key with escapes): read it again, as a dict
-    cdef dict entry = _object(j, depth, None, 0)
+    cdef dict entry = _object(j, depth, None, 0, None)
     fields = _plain_entry(entry)
     return entry if fields is None else fields
 
@@ -1231,12 +1234,11 @@ def scan_registration(data, tuple table_path not None, previous):
         # keys, which were told apart (`_keys_as_before` compares them; the first needs no look).
         if d.tables != 1 or d.escaped_key or (not d.omitted == d.count == d.previous_count and not _keys_as_before(&d)
                                               and _has_repeated_key(d.entries, d.count)):
-            return scan_registration(data, table_path, None) if d.omitted else (_plain_or(value, table_path), None,
-                                                                                 0, None)
+            return scan_registration(data, table_path, None) if d.omitted else (value, None, 0, None)
         entries = PyBytes_FromStringAndSize(NULL, (d.count + d.run_count) * sizeof(_Entry))
         memcpy(PyBytes_AS_STRING(entries), d.entries, d.count * sizeof(_Entry))
         memcpy(PyBytes_AS_STRING(entries) + d.count * sizeof(_Entry), d.runs, d.run_count * sizeof(_Entry))
-        return (_plain_or(value, table_path), entries, d.omitted,
+        return (value, entries, d.omitted,
                 _facts_tuple(&d.facts) if d.facts_cover and d.facts.count else None)
     except (_NotForMe, UnicodeDecodeError):
         return None
@@ -1245,57 +1247,149 @@ def scan_registration(data, tuple table_path not None, previous):
         PyMem_Free(d.runs)
 
 
-cdef object _plain_or(object value, tuple path):
-    """`value`'s plain form (see `namesrv.fastpath.registration.plain_form`), else `value`."""
-    cdef object wrapper, servers, table, infos, details, server, entry
-    cdef tuple version
+cdef object _member(_Json *j, Py_ssize_t *start, Py_ssize_t *length):
+    """At a member of an object: past its key and colon. The key's name as a str when it has escapes
+    or non-ASCII bytes, else None: then its name is its bytes, p[start:start + length]."""
+    cdef int flags
+    if _peek(j) != 34:
+        raise _NotForMe
+    flags = _string_span(j, start, length)
+    key = None if flags == 0 else _string_object(j.p + start[0], length[0], flags)
+    _expect(j, 58)
+    return key
+
+
+cdef inline bint _named(_Json *j, Py_ssize_t start, Py_ssize_t length, object key, object name) except -1:
+    """Is the member whose key `_member` read (`key`, at p[start:start + length]) named `name`?"""
+    if key is not None:
+        return key == name
+    return (PyUnicode_GET_LENGTH(name) == length and PyUnicode_IS_COMPACT_ASCII(name)
+            and _same(j.p + start, <const unsigned char *>PyUnicode_DATA(name), length))
+
+
+#: The members of the plain form besides the path's, at the top and in the wrapper.
+cdef tuple _WRAPPER_MEMBERS = ("dataVersion", "mappingDataVersion", "topicQueueMappingInfoMap",
+                               "topicQueueMappingDetailMap")
+
+
+cdef tuple _plain_body(_Json *j, tuple path, list tables):
+    """The registration body at the cursor (an object) in its plain form (see
+    `namesrv.fastpath.registration.plain_form`: this is the extension's reading of that
+    definition): (table, counter, timestamp, stateVersion, filter servers), or None when it is
+    not of that form. Walked without making the objects around its topic table (the body's, the
+    wrapper's, its DataVersions'); each topic table read is added to `tables` as (table, start,
+    end), so a body that is not plain is read as any JSON without reading its table again. A
+    member named twice counts with its last value, as in the dict the JSON reads as."""
+    cdef Py_ssize_t start, length
+    cdef object key, servers = None, server
+    cdef tuple wrapper = None
+    cdef bint plain_servers = True
+    for key in path:
+        if type(key) is not str:
+            raise _NotForMe  # (brokers' tables are named by str)
     if len(path) == 1:
-        wrapper, servers = value, None
-    elif len(path) == 2 and type(value) is dict:
-        wrapper, servers = (<dict>value).get(path[0]), (<dict>value).get("filterServerList")
-        if servers is None:
-            servers = []
-        elif type(servers) is not list:
-            return value
+        if path[0] in _WRAPPER_MEMBERS:
+            raise _NotForMe  # a table named as another member of the form: left to the caller
+        wrapper = _plain_wrapper(j, 1, path[0], tables)
+        return None if wrapper is None else wrapper + (None,)
+    if len(path) != 2:
+        return None
+    if path[0] == "filterServerList" or path[1] in _WRAPPER_MEMBERS:
+        raise _NotForMe
+    if _opened_empty(j, 1, 125):
+        return None
+    while True:
+        key = _member(j, &start, &length)
+        if _named(j, start, length, key, path[0]):
+            if _peek(j) == 123:
+                wrapper = _plain_wrapper(j, 2, path[1], tables)
+            else:
+                _value(j, 1)
+                wrapper = None
+        elif _named(j, start, length, key, "filterServerList"):
+            servers = _value(j, 1)
+            plain_servers = servers is None or type(servers) is list
+            if plain_servers and servers is not None:
+                for server in <list>servers:
+                    if type(server) is not str:
+                        plain_servers = False
+                        break
         else:
-            for server in <list>servers:
-                if type(server) is not str:
-                    return value
-    else:
-        return value
-    if type(wrapper) is not dict:
-        return value
-    table = (<dict>wrapper).get(path[len(path) - 1])  # no negative indexes: wraparound is off
-    infos = (<dict>wrapper).get("topicQueueMappingInfoMap")
-    details = (<dict>wrapper).get("topicQueueMappingDetailMap")
-    version = _plain_version((<dict>wrapper).get("dataVersion"))
-    if (type(table) is not dict or version is None or _plain_version((<dict>wrapper).get("mappingDataVersion")) is None
-            or not (infos is None or (type(infos) is dict and not infos))
-            or not (details is None or type(details) is dict)):
-        return value
+            _value(j, 1)
+        if not _more(j, 125):
+            break
+    if wrapper is None or not plain_servers:
+        return None
+    return wrapper + (([] if servers is None else servers),)
+
+
+cdef tuple _plain_wrapper(_Json *j, int depth, object table_name, list tables):
+    """(table, counter, timestamp, stateVersion) of the wrapper object at the cursor (at `depth`)
+    when it is of the plain form, else None (see `_plain_body`)."""
+    cdef Py_ssize_t start, length, at
+    cdef object key, table = None, value, entry
+    cdef tuple version = _ZERO_VERSION
+    cdef bint plain_mapping_version = True, plain_infos = True, plain_details = True
+    if _opened_empty(j, depth, 125):
+        return None
+    while True:
+        key = _member(j, &start, &length)
+        if _named(j, start, length, key, table_name):
+            if _peek(j) == 123:
+                at = j.pos
+                table = _table(j, depth + 1)
+                tables.append((table, at, j.pos))
+            else:
+                table = _value(j, depth)
+        elif _named(j, start, length, key, "dataVersion"):
+            version = _plain_version_at(j, depth)
+        elif _named(j, start, length, key, "mappingDataVersion"):
+            plain_mapping_version = _plain_version_at(j, depth) is not None
+        else:
+            value = _value(j, depth)
+            if _named(j, start, length, key, "topicQueueMappingInfoMap"):
+                plain_infos = value is None or (type(value) is dict and not value)
+            elif _named(j, start, length, key, "topicQueueMappingDetailMap"):
+                plain_details = value is None or type(value) is dict
+        if not _more(j, 125):
+            break
+    if type(table) is not dict or version is None or not (plain_mapping_version and plain_infos and plain_details):
+        return None
     for entry in (<dict>table).values():
         if type(entry) is not tuple:
-            return value
-    return (table, version[0], version[1], version[2], servers)
+            return None
+    return (table, version[0], version[1], version[2])
 
 
-cdef tuple _ZERO_VERSION = (0, 0, 0)
-
-
-cdef tuple _plain_version(object obj):
-    """(counter, timestamp, stateVersion) of a plain DataVersion (absent: zeros); None if not plain."""
-    if obj is None:
-        return _ZERO_VERSION
-    if type(obj) is not dict:
-        return None
-    cdef object counter = (<dict>obj).get("counter"), timestamp = (<dict>obj).get("timestamp")
-    cdef object state = (<dict>obj).get("stateVersion")
+cdef tuple _plain_version_at(_Json *j, int depth):
+    """(counter, timestamp, stateVersion) of the DataVersion at the cursor (a member's value in an
+    object at `depth`) when it is plain: null, or an object whose three fields are each absent,
+    null or an integer within int64 (absent and null read as 0); else None."""
+    cdef Py_ssize_t start, length
+    cdef object key, counter = None, timestamp = None, state = None, value
+    if _peek(j) != 123:
+        return _ZERO_VERSION if _value(j, depth) is None else None
+    if not _opened_empty(j, depth + 1, 125):
+        while True:
+            key = _member(j, &start, &length)
+            value = _value(j, depth + 1)
+            if _named(j, start, length, key, "counter"):
+                counter = value
+            elif _named(j, start, length, key, "timestamp"):
+                timestamp = value
+            elif _named(j, start, length, key, "stateVersion"):
+                state = value
+            if not _more(j, 125):
+                break
     counter = 0 if counter is None else counter
     timestamp = 0 if timestamp is None else timestamp
     state = 0 if state is None else state
     if _is_int64(counter) and _is_int64(timestamp) and _is_int64(state):
         return (counter, timestamp, state)
     return None
+
+
+cdef tuple _ZERO_VERSION = (0, 0, 0)
 
 
 cdef inline bint _is_int64(object value) except -1:
@@ -1439,7 +1533,8 @@ cdef object _scan(data, tuple table_path, _Digests *digests, bint counting):
     cdef Py_buffer view
     cdef _Json j
     cdef object value
-    cdef Py_ssize_t count
+    cdef list tables
+    cdef Py_ssize_t count, start
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         j.p = <const unsigned char *>view.buf
@@ -1455,7 +1550,12 @@ cdef object _scan(data, tuple table_path, _Digests *digests, bint counting):
                 raise _NotForMe  # no object at the path
             value = count
         elif table_path and _peek(&j) == 123:
-            value = _object(&j, 1, table_path, 0)
+            start = j.pos
+            tables = []
+            value = _plain_body(&j, table_path, tables)
+            if value is None:  # not of the plain form: read as any JSON, its topic table as read
+                j.pos = start  # (two tables are each read again: digests of two are never offered)
+                value = _object(&j, 1, table_path, 0, tables[0] if len(tables) == 1 else None)
         else:
             value = _value(&j, 0)
         _skip_ws(&j)

@@ -176,7 +176,8 @@ def plain_form(value: object, table_path: tuple[str, ...]) -> PlainForm | None:
     stateVersion are each absent, null or a JSON integer within int64; its
     topicQueueMappingInfoMap absent, null or empty, its topicQueueMappingDetailMap absent, null or
     an object; and with two steps the body's filterServerList absent, null or an array of strings.
-    The one definition of the plain form (the twin's scanner reads the same).
+    The one definition of the plain form (the extension reads the same off the body's bytes,
+    without making the objects around the table: `_plain_body`).
     """
     if len(table_path) == 1:
         wrapper, servers = value, None
