@@ -1267,7 +1267,8 @@ cdef inline bint _named(_Json *j, Py_ssize_t start, Py_ssize_t length, object ke
             and _same(j.p + start, <const unsigned char *>PyUnicode_DATA(name), length))
 
 
-#: The members of the plain form besides the path's, at the top and in the wrapper.
+#: The wrapper's members of the plain form besides its table (`_plain_wrapper` reads each by name): a
+#: table path naming one of them is left to the caller, as is a wrapper named filterServerList.
 cdef tuple _WRAPPER_MEMBERS = ("dataVersion", "mappingDataVersion", "topicQueueMappingInfoMap",
                                "topicQueueMappingDetailMap")
 
