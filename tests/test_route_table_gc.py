@@ -11,7 +11,7 @@ import gc
 from namesrv.routeinfo.cache import RouteBodyCache
 from namesrv.routeinfo.group_topics import GroupTopics
 from namesrv.routeinfo.tables.changes import RouteChanges
-from namesrv.routeinfo.tables.queues import UNTRACKED_ENTRIES_PER_CALL, QueueTable
+from namesrv.routeinfo.tables.queues import QueueTable, TopicEntries
 
 
 def table_of(groups: int, topics: int, distinct: int = 1) -> QueueTable:
@@ -34,7 +34,7 @@ def test_a_new_groups_entries_leave_every_topic_dict_untracked_without_a_full_co
         gc.enable()
 
 
-def test_a_table_of_all_distinct_entries_costs_a_bounded_number_of_collections():
+def test_a_table_of_all_distinct_entries_leaves_every_dict_untracked_and_runs_no_collection():
     collections = []
 
     def count(phase, info):
@@ -45,11 +45,44 @@ def test_a_table_of_all_distinct_entries_costs_a_bounded_number_of_collections()
     gc.disable()
     gc.callbacks.append(count)
     try:
-        table_of(groups=1, topics=500, distinct=500)
+        table = table_of(groups=2, topics=500, distinct=500)
     finally:
         gc.callbacks.remove(count)
         gc.enable()
-    assert len(collections) == UNTRACKED_ENTRIES_PER_CALL
+    assert collections == []
+    assert not any(gc.is_tracked(queues) for queues in table.by_topic.values())
+    assert not any(gc.is_tracked(entry) for queues in table.by_topic.values() for entry in queues.values())
+
+
+def test_a_full_collection_does_not_walk_the_topic_dicts():
+    table = table_of(groups=3, topics=300, distinct=2)
+    gc.collect()
+    walked = {id(obj) for obj in gc.get_objects()}
+    assert not any(id(queues) in walked for queues in table.by_topic.values())
+
+
+def test_a_tracked_value_tracks_the_topic_dict_again_so_no_cycle_hides_from_the_collector():
+    table = table_of(groups=1, topics=3)
+    queues = table.by_topic["topic-0"]
+    assert type(queues) is TopicEntries and not gc.is_tracked(queues)
+    queues["cycle"] = [queues]  # no write of the table does this; CPython's dict tracks itself again
+    assert gc.is_tracked(queues)
+    del queues["cycle"]
+
+
+def test_each_topic_dict_holds_the_name_it_is_stored_under_and_only_groups():
+    table = table_of(groups=2, topics=50)
+    for topic, queues in table.by_topic.items():
+        assert queues.topic is topic
+        assert sorted(queues) == ["group-0", "group-1"]
+    # a later registration's own copies of the names: the table keeps, reports and indexes its own
+    reported = []
+    table._changes.listener = lambda topics, stored=False: reported.extend(topics)
+    copies = ["".join(["topic-", str(t)]) for t in range(50)]
+    table.put_all("group-2", [(name, 9, 9, 6, 0) for name in copies], True, False)
+    stored = {id(topic) for topic in table.by_topic}
+    assert len(reported) == 50 and all(id(topic) in stored for topic in reported)
+    assert all(id(topic) in stored for topic in table.topics_of("group-2"))
 
 
 def test_the_group_index_holds_tuples_the_collector_leaves_alone():

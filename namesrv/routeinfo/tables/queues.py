@@ -9,19 +9,21 @@ is identical and an unchanged entry is found by identity), a topic's name is hel
 groups list it (interned), and each group's own topics are listed (namesrv.routeinfo.group_topics)
 so a broker-wide operation walks them, not every topic.
 
-And so does the garbage collector: a tuple of ints, and a dict holding only such tuples, are left
-untracked by it once it has seen them, so the per-topic dicts cost a full collection nothing (a
-dict of QueueData objects is tracked, and each full collection walked the whole table: a pause that
-grew with the fleet). A new tuple is tracked until a collection sees it, and every dict it is put
-into meanwhile becomes tracked, until the next full collection: a new group's first registration
-would track the dict of each of its topics, and during a fleet's first registration the full
-collections walked all of them, again and again. So a new entry is made untracked before it is
-stored (`UNTRACKED_ENTRIES_PER_CALL`). Readers get QueueData objects, one per distinct entry of a
-group, made on first demand (`queue_data`, `queues_of`).
+And so does the garbage collector: a tuple of ints, and a dict holding only such tuples, cost a
+full collection nothing once untracked (a dict of QueueData objects is tracked, and each full
+collection walked the whole table: a pause that grew with the fleet). Each topic's dict is a
+`TopicEntries`, a dict that also holds the topic's stored name, so a registration finds a known
+topic's entries and its one string in one lookup (each registration decodes its own copy of every
+name; looking each up in `sys.intern`'s table as well cost a cache miss per entry, a large share of
+a fleet's first registration). The collector only untracks exact dicts by itself, so the table
+untracks each `TopicEntries` it makes, and each new entry tuple before it is stored (a tracked
+value would track the dict again, for good): nothing in either can form a cycle. Readers get
+QueueData objects, one per distinct entry of a group, made on first demand (`queue_data`,
+`queues_of`).
 """
 from __future__ import annotations
 
-import gc
+import ctypes
 import logging
 import sys
 from collections.abc import Iterable, Mapping
@@ -38,10 +40,36 @@ log = logging.getLogger(__name__)
 #: A stored queue entry: (readQueueNums, writeQueueNums, perm, topicSysFlag).
 Entry = tuple[int, int, int, int]
 
-#: New distinct entries per `put_all` made untracked at once (a young collection each). A broker's
-#: topics share a few; past this many (a hostile table of all-distinct entries) the rest wait for
-#: the collector's next pass, so no table can make a call collect more than this.
-UNTRACKED_ENTRIES_PER_CALL = 16
+#: The C API's untrack: what the collector does to an exact dict or tuple it finds holding nothing
+#: it could cycle through, done at once, to the objects of a type it does not do it for by itself.
+_untrack = ctypes.pythonapi.PyObject_GC_UnTrack
+_untrack.argtypes = (ctypes.py_object,)
+_untrack.restype = None
+
+
+class TopicEntries(dict[str, Entry]):
+    """A topic's entries by group, and `topic`, the name the table stores it under (interned): a
+    registration's copy of the name finds both in one lookup. Made only by `entries_of`."""
+
+    __slots__ = ("topic",)
+
+
+def entries_of(topic: str) -> TopicEntries:
+    """An empty, untracked TopicEntries for `topic` (its stored, interned name). It holds only str
+    keys and untracked entry tuples; a tracked value put in it would track it again (CPython's
+    dict does so on insertion), so it can never hide a cycle from the collector."""
+    entries = TopicEntries()
+    entries.topic = topic
+    _untrack(entries)
+    return entries
+
+
+def _pool_entry(pool: dict[Entry, Entry], fields: Entry) -> Entry:
+    """`fields` made its group's entry of those values (not found in `pool`), untracked before any
+    TopicEntries holds it: four ints, validated by every decoder."""
+    pool[fields] = fields
+    _untrack(fields)
+    return fields
 
 
 class QueueTable:
@@ -50,7 +78,7 @@ class QueueTable:
     __slots__ = ("by_topic", "count", "_pool", "_queue_data", "_group_topics", "_group_changes", "_changes")
 
     def __init__(self, changes: RouteChanges) -> None:
-        self.by_topic: dict[str, dict[str, Entry]] = {}
+        self.by_topic: dict[str, TopicEntries] = {}
         #: Queue entries held: one per topic per group (maxQueueDatas).
         self.count = 0
         #: Per group, its distinct entries, each the one tuple every topic with those fields holds.
@@ -114,23 +142,24 @@ class QueueTable:
         `replace` each changed one (without it existing entries stay as they are); `wipe_write`
         clears the write bit of every entry put. Returns (entries changed, of them created),
         reported in one call (the created first), as stored (`RouteChanges.topics`). The one place
-        entries are stored: each topic's name is interned before it is looked up (each registration
-        decodes its own copy of the string, and 10 million entries of 30 groups would otherwise hold
-        10 million strings in the group index), and the report names it so."""
+        entries are stored, each under the topic's stored name (`TopicEntries.topic`; a new topic's
+        interned): each registration decodes its own copy of the string, and 10 million entries of
+        30 groups would otherwise hold 10 million strings in the group index. The report names it so."""
         by_topic = self.by_topic
         pool = self._pool.get(group)
         if pool is None:
             pool = {}  # held once an entry is stored
         created: list[str] = []
         replaced: list[str] = []
-        untracking = UNTRACKED_ENTRIES_PER_CALL
         intern = sys.intern
         for topic, read, write, perm, sys_flag in table:
-            # The table's own string, stored and reported; interned first, it is found in the table
-            # by identity, its bytes not compared with a name held elsewhere in memory.
-            topic = intern(topic)
             queues = by_topic.get(topic)
-            current = None if queues is None else queues.get(group)
+            if queues is None:
+                topic = intern(topic)  # a new topic: this copy becomes the stored name
+                current = None
+            else:
+                topic = queues.topic  # the stored name, not this registration's copy
+                current = queues.get(group)
             if current is not None and not replace:
                 continue
             if wipe_write:
@@ -138,17 +167,14 @@ class QueueTable:
             fields = (read, write, perm, sys_flag)
             queue = pool.get(fields)
             if queue is None:
-                queue = pool[fields] = fields
-                if untracking:
-                    untracking -= 1
-                    gc.collect(0)  # a young collection untracks the new tuple: the dicts it enters stay so
+                queue = _pool_entry(pool, fields)
             elif queue is current:
                 continue  # unchanged (most topics of a new data version)
             if current is not None:
                 replaced.append(topic)
             else:
                 if queues is None:
-                    queues = by_topic[topic] = {}
+                    queues = by_topic[topic] = entries_of(topic)
                 created.append(topic)
             queues[group] = queue
         if created:
@@ -193,13 +219,14 @@ class QueueTable:
         self._group_changes.update(group_changes)
         pools = self._pool
         for topic, queues in by_topic.items():
-            entries = self.by_topic[sys.intern(topic)] = {}
+            topic = sys.intern(topic)
+            entries = self.by_topic[topic] = entries_of(topic)
             for group, q in queues.items():
                 pool = pools.get(group)
                 if pool is None:
                     pool = pools[group] = {}
                 fields = (q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
-                entries[group] = pool.setdefault(fields, fields)
+                entries[group] = pool.get(fields) or _pool_entry(pool, fields)
         self.count = sum(map(len, self.by_topic.values()))
         self._group_topics.rebuild()
         changes = self._changes
