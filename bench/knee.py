@@ -170,6 +170,9 @@ def run_step(search: Search, target: Target, base: StormSettings, out_dir: Path,
         verdict = judge(facts, search.slo)
         search.steps.append((facts, verdict, result.run_dir.name))
         print(format_step(target.name, number, facts, verdict, search.workers, search.slo), flush=True)
+        tail = format_tail(facts)
+        if tail:
+            print(tail, flush=True)
         if result.partial:
             search.stopped = "interrupted (Ctrl-C)"
             raise KeyboardInterrupt
@@ -184,6 +187,19 @@ def run_step(search: Search, target: Target, base: StormSettings, out_dir: Path,
         search.workers += 1
         print(f"  the generator was the limit: running {rate:,.0f}/s again with {search.workers} generator "
               "processes", flush=True)
+
+
+def format_tail(facts: StepFacts) -> str:
+    """The step's tail, shown beside the verdict: each kind's p99 and p99.9 and their ratio, and the
+    generator's own send delay at p99.9. Latency runs from the intended send time, so a generator that
+    sends late adds its delay to the latency: a p99.9 near the send delay's is the generator's, and the
+    echo ceiling (--ceiling) at the same rate shows what any server's tail would be on this host."""
+    kinds = [f"{kind.request} p99 {_ms(kind.p99_ms)} / p99.9 {_ms(kind.p99_9_ms)} ({kind.p99_9_ms / kind.p99_ms:.2f}x)"
+             for kind in facts.kinds if kind.p99_ms and kind.p99_9_ms is not None]
+    if not kinds:
+        return ""
+    lag = facts.send_delay_p99_9_ms
+    return "  tail: " + "; ".join(kinds) + ("" if lag is None else f"; generator send delay p99.9 {_ms(lag)}")
 
 
 def _lag(facts: StepFacts) -> float:
@@ -248,7 +264,9 @@ def describe(search: Search, target: Target) -> dict:
             "run_id": run_id, "offered_per_s": facts.offered_per_s, "answered_per_s": facts.answered_per_s,
             "duration_s": facts.duration_s, "worst_latency_ms": facts.worst_latency_ms,
             "latency_ms": {kind.request: kind.latency_ms for kind in facts.kinds},
+            "tail_ms": {kind.request: {"p99": kind.p99_ms, "p99_9": kind.p99_9_ms} for kind in facts.kinds},
             "error_rate": facts.error_rate, "send_delay_p99_ms": facts.send_delay_p99_ms,
+            "send_delay_p99_9_ms": facts.send_delay_p99_9_ms,
             "generator_cpu": facts.generator_cpu, "generator_cpu_us_per_request": facts.generator_cpu_us_per_request,
             "server_cpu_us_per_answer": facts.server_cpu_us_per_answer,
             "server_rss_bytes": facts.server_rss_bytes, "partial": facts.partial, "met": verdict.met,

@@ -22,6 +22,18 @@ def facts(rate: float, p99: float, lag: float = 0.1) -> StepFacts:
     return StepFacts(rate, 5.0, (KindFacts("GET_ROUTEINFO_BY_TOPIC", answered, answered, 0, p99, lag),))
 
 
+def test_each_step_shows_its_tail_beside_the_verdict_each_kinds_p99_9_over_p99_and_the_generators_send_delay():
+    step = StepFacts(1000.0, 5.0, (
+        KindFacts("GET_ROUTEINFO_BY_TOPIC", 5000, 5000, 0, 1.5, 0.4, p99_ms=1.5, p99_9_ms=4.2, send_delay_p99_9_ms=2.5),
+        KindFacts("REGISTER_BROKER", 50, 50, 0, 2.0, 0.3, p99_ms=2.0, p99_9_ms=3.0, send_delay_p99_9_ms=2.9)))
+    assert knee.format_tail(step) == (
+        "  tail: GET_ROUTEINFO_BY_TOPIC p99 1.50 ms / p99.9 4.20 ms (2.80x); REGISTER_BROKER p99 2.00 ms / p99.9 "
+        "3.00 ms (1.50x); generator send delay p99.9 2.90 ms")
+    assert knee.format_tail(facts(1000.0, 1.0)) == ""  # no tail figures (the Spark report's rows): no line
+    unanswered = StepFacts(1000.0, 5.0, (KindFacts("GET_ROUTEINFO_BY_TOPIC", 10, 0, 10, None, 0.0, None, None, 0.0),))
+    assert knee.format_tail(unanswered) == ""
+
+
 def drive(search: Search, knee_at: float, generator_limit: float | None = None) -> list[float]:
     """Run the search against a server whose p99 breaks above `knee_at`; the rates it asked for."""
     rates = []

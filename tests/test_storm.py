@@ -445,6 +445,26 @@ def test_a_kind_sent_but_never_answered_is_summarized_as_all_errors():
     rows = summarize(run, 2.0)
     assert rows == [{"request": "GET_ROUTEINFO_BY_TOPIC", "requests": 800, "answered": 0, "throughput_per_s": 0.0,
                      "p50_ms": None, "p99_ms": None, "p99_9_ms": None, "max_ms": None, "errors": 800,
-                     "send_delay_p99_ms": 0.0}]
+                     "send_delay_p99_ms": 0.0, "send_delay_p99_9_ms": 0.0}]
     assert format_summary(rows).splitlines()[1].split() == ["GET_ROUTEINFO_BY_TOPIC", "0", "0", "–", "–", "–", "–",
                                                             "800"]
+
+
+def test_each_kinds_row_has_the_generators_own_send_delay_at_p99_and_p99_9():
+    """The tail's split: a latency p99.9 near the send delay's p99.9 is the generator's lateness, not the server's."""
+    from bench.heartbeat_storm import summarize
+    from bench.lib.hdr import record_us
+    from bench.lib.output import RunRecorder
+
+    run = RunRecorder("late")
+    latency, delay = new_histogram(), new_histogram()
+    for i in range(1000):
+        record_us(latency, 500 if i < 990 else 4000)
+        record_us(delay, 50 if i < 998 else 3000)  # two sends in a thousand 3 ms late
+    run.add_histogram("latency", 0, ROUTE, latency)
+    run.add_histogram("send_delay", 0, ROUTE, delay)
+    run.add_responses(0, ROUTE, 0, 1000)
+    [row] = summarize(run, 1.0)
+    assert row["p99_ms"] == pytest.approx(0.5, rel=0.01) and row["p99_9_ms"] == pytest.approx(4.0, rel=0.01)
+    assert row["send_delay_p99_ms"] == pytest.approx(0.05, rel=0.01)
+    assert row["send_delay_p99_9_ms"] == pytest.approx(3.0, rel=0.01)

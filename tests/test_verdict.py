@@ -150,7 +150,7 @@ def test_best_is_withheld_with_the_reason(candidates, reason):
 
 def test_step_facts_read_summary_rows_and_the_measured_windows_resources():
     rows = [{"request": "GET_ROUTEINFO_BY_TOPIC", "requests": 1000, "answered": 990, "errors": 10, "p50_ms": 0.5,
-             "p99_ms": 2.0, "p99_9_ms": 4.0, "send_delay_p99_ms": 0.2},
+             "p99_ms": 2.0, "p99_9_ms": 4.0, "send_delay_p99_ms": 0.2, "send_delay_p99_9_ms": 0.7},
             {"request": "ALL", "requests": 1000, "answered": 990, "errors": 10, "p50_ms": 0.5, "p99_ms": 2.0,
              "p99_9_ms": 4.0, "send_delay_p99_ms": None}]
     resources = [{"process": "generator", "t": t, "cpu_percent": 80.0, "rss_bytes": 1} for t in (1.0, 2.0)]
@@ -160,6 +160,7 @@ def test_step_facts_read_summary_rows_and_the_measured_windows_resources():
     facts = step_facts(rows, resources, offered_per_s=500.0, duration_s=2.0, workers=2, slo=Slo(percentile=99.9))
     assert [kind.request for kind in facts.kinds] == ["GET_ROUTEINFO_BY_TOPIC"]
     assert facts.kinds[0].latency_ms == 4.0 and facts.answered_per_s == 495.0 and facts.error_rate == 0.01
+    assert (facts.kinds[0].p99_ms, facts.kinds[0].p99_9_ms, facts.send_delay_p99_9_ms) == (2.0, 4.0, 0.7)
     assert facts.generator_cpu == pytest.approx(0.4) and facts.server_cpu_s == pytest.approx(1.0)
     assert facts.server_rss_bytes == 200 and facts.server_cpu_us_per_answer == pytest.approx(1e6 / 990)
 

@@ -69,7 +69,8 @@ class Slo:
 
 @dataclass(frozen=True)
 class KindFacts:
-    """One request kind of one run: counts, latency at the SLO percentile, the generator's send lag p99."""
+    """One request kind of one run: counts, latency at the SLO percentile, the generator's send lag p99;
+    and the tail beside them (p99 and p99.9 of the latency, the send lag's p99.9), shown, not judged."""
 
     request: str
     requests: int
@@ -77,6 +78,9 @@ class KindFacts:
     errors: int
     latency_ms: float | None
     send_delay_p99_ms: float | None
+    p99_ms: float | None = None
+    p99_9_ms: float | None = None
+    send_delay_p99_9_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,11 @@ class StepFacts:
     @property
     def send_delay_p99_ms(self) -> float | None:
         values = [kind.send_delay_p99_ms for kind in self.kinds if kind.send_delay_p99_ms is not None]
+        return max(values) if values else None
+
+    @property
+    def send_delay_p99_9_ms(self) -> float | None:
+        values = [kind.send_delay_p99_9_ms for kind in self.kinds if kind.send_delay_p99_9_ms is not None]
         return max(values) if values else None
 
     @property
@@ -176,7 +185,8 @@ def step_facts(rows: Iterable[Mapping], resources: Iterable[Mapping], *, offered
     report builds the same dicts from its tables."""
     key = SLO_PERCENTILE_KEYS[slo.percentile]
     kinds = tuple(KindFacts(row["request"], int(row["requests"]), int(row["answered"]), int(row["errors"]),
-                            _number(row.get(key)), _number(row.get("send_delay_p99_ms")))
+                            _number(row.get(key)), _number(row.get("send_delay_p99_ms")), _number(row.get("p99_ms")),
+                            _number(row.get("p99_9_ms")), _number(row.get("send_delay_p99_9_ms")))
                   for row in rows if row["request"] != "ALL")
     samples: dict[str, list[Mapping]] = {}
     for sample in resources:
