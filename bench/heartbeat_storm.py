@@ -44,6 +44,7 @@ from importlib import metadata
 from pathlib import Path
 
 import psutil
+from hdrh.histogram import HdrHistogram
 from tqdm import tqdm
 
 if __package__ in (None, ""):  # run as a script: make `bench` and `namesrv` importable
@@ -492,7 +493,8 @@ def summarize(run: RunRecorder, duration_s: float) -> list[dict]:
     return rows
 
 
-def _row(name: str, histogram, duration_s: float, requests: int, errors: int, send_delay) -> dict:
+def _row(name: str, histogram: HdrHistogram, duration_s: float, requests: int, errors: int,
+         send_delay: HdrHistogram | None) -> dict:
     """`send_delay`: the kind's histogram of the generator's own lateness (intended -> actual send), whose
     p99.9 shows how much of the latency's p99.9 is the generator's, not the server's; None for "ALL"."""
     delays = {} if send_delay is None else {

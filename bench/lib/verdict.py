@@ -122,18 +122,15 @@ class StepFacts:
 
     @property
     def worst_latency_ms(self) -> float | None:
-        values = [kind.latency_ms for kind in self.kinds if kind.latency_ms is not None]
-        return max(values) if values else None
+        return _worst(kind.latency_ms for kind in self.kinds)
 
     @property
     def send_delay_p99_ms(self) -> float | None:
-        values = [kind.send_delay_p99_ms for kind in self.kinds if kind.send_delay_p99_ms is not None]
-        return max(values) if values else None
+        return _worst(kind.send_delay_p99_ms for kind in self.kinds)
 
     @property
     def send_delay_p99_9_ms(self) -> float | None:
-        values = [kind.send_delay_p99_9_ms for kind in self.kinds if kind.send_delay_p99_9_ms is not None]
-        return max(values) if values else None
+        return _worst(kind.send_delay_p99_9_ms for kind in self.kinds)
 
     @property
     def server_cpu_us_per_answer(self) -> float | None:
@@ -200,6 +197,12 @@ def step_facts(rows: Iterable[Mapping], resources: Iterable[Mapping], *, offered
     server_rss = max(int(s["rss_bytes"]) for s in server) if server else None
     return StepFacts(offered_per_s, duration_s, kinds, generator_cpu, server_cpu_s, server_rss, partial,
                      _cpu_seconds(generator) if generator else None)
+
+
+def _worst(values: Iterable[float | None]) -> float | None:
+    """The highest of the kinds' figures that were measured; None when none was."""
+    measured = [value for value in values if value is not None]
+    return max(measured) if measured else None
 
 
 def _number(value) -> float | None:
